@@ -1,0 +1,218 @@
+"""Transformers configuration for Spark2_5 (``model_type: "spark2_5"``).
+
+Imports only Transformers, so vLLM can register it at plugin load and pickle it
+to its engine and worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+from transformers import PreTrainedConfig
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+LAYER_TYPES = (SLIDING, FULL)
+HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
+
+# RoPE base frequency per layer type when the checkpoint names none.
+DEFAULT_ROPE_THETA = {SLIDING: 10_000.0, FULL: 1_000_000.0}
+
+
+def default_layer_types(num_hidden_layers: int) -> list[str]:
+    """Every fourth layer (i % 4 == 3) is full attention, the rest slide."""
+    return [FULL if i % 4 == 3 else SLIDING for i in range(num_hidden_layers)]
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+class Spark2_5Config(PreTrainedConfig):
+    r"""Configuration of a Spark2_5 decoder-only language model.
+
+    Args:
+        vocab_size (`int`, defaults to 151552): vocabulary size.
+        hidden_size (`int`, defaults to 4096): width of the residual stream.
+        intermediate_size (`int`, defaults to 12288): width of the gated MLP.
+        num_hidden_layers (`int`, defaults to 40): number of decoder layers.
+        num_attention_heads (`int`, defaults to 32): query heads per layer.
+        num_key_value_heads (`int`, defaults to 8): key/value heads per layer
+            (grouped-query attention); must divide `num_attention_heads`.
+        head_dim (`int`, defaults to 128): size of each attention head.
+        hidden_act (`str`, defaults to `"gelu_pytorch_tanh"`): MLP activation,
+            `"gelu_pytorch_tanh"` (tanh approximation) or `"gelu"` (exact erf).
+        max_position_embeddings (`int`, defaults to 131072): longest sequence.
+        rms_norm_eps (`float`, defaults to 1e-6): RMSNorm epsilon.
+        sliding_window (`int`, defaults to 4096): keys a sliding-attention query
+            sees, itself included (positions t-W+1 .. t).
+        layer_types (`list[str]`, *optional*): `"sliding_attention"` or
+            `"full_attention"` per layer; by default every fourth layer is full.
+        rope_parameters (`dict`, *optional*): RoPE settings per layer type,
+            `{"sliding_attention": {...}, "full_attention": {...}}`. A flat dict
+            (one `rope_type`/`rope_theta`/scaling set) applies to both types;
+            the legacy top-level keys `rope_theta` and `rope_scaling` are
+            accepted and also apply to both types.
+        attention_bias (`bool`, defaults to `False`): biases on q/k/v projections.
+        attention_output_gate (`bool`, defaults to `True`): multiply each head's
+            attention output by `sigmoid(x W_g)[head]` (`g_proj`).
+        tie_word_embeddings (`bool`, defaults to `False`): share the LM head
+            with the input embedding.
+        initializer_range (`float`, defaults to 0.02): weight init std.
+        pad_token_id, bos_token_id, eos_token_id: special token ids.
+
+    DSpark draft settings (`dspark_*`, see the README) are kept as extra
+    attributes and checked when a speculative config is built.
+    """
+
+    model_type = "spark2_5"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    # Lets Transformers' RoPE helpers recognise the nested per-type layout even
+    # when a model uses only one of the two layer types.
+    _rope_type_labels: ClassVar[tuple[str, ...]] = LAYER_TYPES
+
+    vocab_size: int = 151552
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    num_hidden_layers: int = 40
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    hidden_act: str = "gelu_pytorch_tanh"
+    max_position_embeddings: int = 131072
+    rms_norm_eps: float = 1e-6
+    sliding_window: int = 4096
+    layer_types: list[str] | None = None
+    rope_parameters: dict | None = None
+    attention_bias: bool = False
+    attention_output_gate: bool = True
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        if self.layer_types is None and _is_positive_int(self.num_hidden_layers):
+            self.layer_types = default_layer_types(self.num_hidden_layers)
+        super().__post_init__(**kwargs)
+        self._check_fields()
+
+    # -- RoPE ---------------------------------------------------------------
+
+    def convert_rope_params_to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """Bring every accepted RoPE spelling to one dict per layer type.
+
+        Called by ``PreTrainedConfig.__post_init__`` with the keys that are not
+        dataclass fields; the legacy ``rope_theta``/``rope_scaling`` are popped
+        here. Explicit ``rope_parameters`` win over legacy keys; a legacy
+        ``rope_theta`` only fills in a missing theta.
+        """
+        legacy_scaling = kwargs.pop("rope_scaling", None)
+        legacy_theta = kwargs.pop("rope_theta", None)
+        params = copy.deepcopy(self.rope_parameters)
+        if params is None:
+            params = copy.deepcopy(legacy_scaling) if legacy_scaling else None
+        if params is None:
+            per_type = {t: {"rope_type": "default"} for t in LAYER_TYPES}
+        elif not isinstance(params, dict):
+            raise ValueError(
+                f"rope_parameters must be a dict, got {type(params).__name__}: "
+                f"{params!r}"
+            )
+        elif any(key in params for key in LAYER_TYPES):
+            unknown = sorted(set(params) - set(LAYER_TYPES))
+            if unknown:
+                raise ValueError(
+                    f"rope_parameters mixes per-layer-type entries with other keys "
+                    f"{unknown}; use only {list(LAYER_TYPES)} as keys, or a flat "
+                    "dict that applies to both layer types"
+                )
+            per_type = {t: dict(params.get(t) or {}) for t in LAYER_TYPES}
+        else:  # a flat dict applies to both layer types
+            per_type = {t: dict(params) for t in LAYER_TYPES}
+
+        for layer_type, entry in per_type.items():
+            if "type" in entry and "rope_type" not in entry:
+                entry["rope_type"] = entry.pop("type")
+            entry.setdefault("rope_type", "default")
+            if legacy_theta is not None:
+                entry.setdefault("rope_theta", legacy_theta)
+            entry.setdefault("rope_theta", DEFAULT_ROPE_THETA[layer_type])
+            if entry["rope_type"] in ("llama3", "yarn", "longrope"):
+                entry.setdefault(
+                    "original_max_position_embeddings", self.max_position_embeddings
+                )
+        self.rope_parameters = per_type
+        return kwargs
+
+    # -- validation -----------------------------------------------------------
+
+    def _check_fields(self) -> None:
+        """Raise ``ValueError`` naming the first field that cannot work."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "sliding_window",
+        ):
+            value = getattr(self, name)
+            if not _is_positive_int(value):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible "
+                f"by num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"head_dim must be even for rotary embeddings, got {self.head_dim}"
+            )
+        if self.hidden_act not in HIDDEN_ACTS:
+            raise ValueError(
+                f"hidden_act must be one of {list(HIDDEN_ACTS)}, got "
+                f"{self.hidden_act!r}"
+            )
+        if not (isinstance(self.rms_norm_eps, int | float) and self.rms_norm_eps > 0):
+            raise ValueError(
+                f"rms_norm_eps must be a positive number, got {self.rms_norm_eps!r}"
+            )
+        if not isinstance(self.layer_types, list | tuple):
+            raise ValueError(
+                f"layer_types must be a list of {list(LAYER_TYPES)}, got "
+                f"{self.layer_types!r}"
+            )
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries but "
+                f"num_hidden_layers is {self.num_hidden_layers}; give one entry "
+                "per layer"
+            )
+        for i, layer_type in enumerate(self.layer_types):
+            if layer_type not in LAYER_TYPES:
+                raise ValueError(
+                    f"layer_types[{i}] is {layer_type!r}; expected one of "
+                    f"{list(LAYER_TYPES)}"
+                )
+        for layer_type, entry in self.rope_parameters.items():
+            theta = entry.get("rope_theta")
+            if not (isinstance(theta, int | float) and theta > 0):
+                raise ValueError(
+                    f"rope_parameters[{layer_type!r}]['rope_theta'] must be a "
+                    f"positive number, got {theta!r}"
+                )
+        for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name} must be true or false, got {getattr(self, name)!r}"
+                )
+
+
+__all__ = ["Spark2_5Config", "default_layer_types"]

@@ -1,0 +1,265 @@
+"""Write a small random Spark2_5 checkpoint (config, safetensors, tokenizer).
+
+It is the default model of the demo and of the tests: every file vLLM needs,
+no download. Weights are random but scaled so that logits are well spread
+(greedy decoding then rarely meets near-ties). Optionally the checkpoint also
+carries DSpark draft weights under one of the three accepted prefixes.
+
+    spark2_5-make-tiny-checkpoint /tmp/spark2_5-tiny [--dspark] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .spark2_5_config import FULL, SLIDING, Spark2_5Config
+
+# Special tokens: role markers, end of text, and the tool-call tags (one token
+# each, so the parser sees whole tags, as it would with a real Spark2_5).
+EOS_TOKEN = "<|endoftext|>"
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
+TOOL_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<tool_response>",
+    "</tool_response>",
+]
+NOISE_TOKEN = "<|mask|>"
+SPECIAL_TOKENS = [EOS_TOKEN, *ROLE_TOKENS, *TOOL_TOKENS, NOISE_TOKEN]
+
+TINY_CONFIG: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,  # the smallest head size vLLM's CPU attention supports
+    "max_position_embeddings": 2048,
+    "sliding_window": 16,
+    "rope_parameters": {
+        SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
+        FULL: {"rope_type": "default", "rope_theta": 1_000_000.0},
+    },
+}
+
+TINY_DSPARK: dict[str, Any] = {
+    "dspark_block_size": 4,
+    "dspark_markov_rank": 8,
+    "dspark_target_layer_ids": [1, 3],
+    "dspark_markov_head_type": "vanilla",
+    "dspark_enable_confidence_head": False,
+    "dspark_layer_types": [SLIDING],
+}
+DSPARK_PREFIXES = ("draft_model.", "mtp.", "model.mtp.")
+
+# A few lines of text in the shapes the tokenizer will meet (prose, JSON, code,
+# tool calls) so that byte-pair merges look like a real tokenizer's.
+_TOKENIZER_CORPUS = """\
+The quick brown fox jumps over the lazy dog. What is the weather in Paris today?
+Hello! How can I help you? I will call a function to get the answer for you.
+{"city": "Paris", "days": 3, "unit": "celsius", "verbose": true, "tags": ["a", "b"]}
+def get_weather(city: str, days: int = 1) -> dict: return {"city": city}
+get_weather city days unit location query number value result name type object
+Les prix sont en euros. Der Hund schläft. 東京の天気は晴れです。 Ceci est un test.
+0 1 2 3 4 5 6 7 8 9 10 42 100 3.14 -1 true false null
+"""
+
+
+def build_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer (no download), tool tags as special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_TOKENIZER_CORPUS.splitlines(), trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN,
+        additional_special_tokens=[t for t in SPECIAL_TOKENS if t != EOS_TOKEN],
+    )
+
+
+def _decoder_layer_weights(
+    config: Spark2_5Config, prefix: str, gen: torch.Generator
+) -> dict[str, torch.Tensor]:
+    h, d = config.hidden_size, config.head_dim
+    n_q, n_kv, inter = config.num_attention_heads, config.num_key_value_heads, (
+        config.intermediate_size
+    )
+
+    def linear(out_features: int, in_features: int) -> torch.Tensor:
+        return torch.randn(out_features, in_features, generator=gen) / in_features**0.5
+
+    def norm(size: int) -> torch.Tensor:
+        return 1.0 + 0.1 * torch.randn(size, generator=gen)
+
+    w = {
+        f"{prefix}input_layernorm.weight": norm(h),
+        f"{prefix}self_attn.q_proj.weight": linear(n_q * d, h),
+        f"{prefix}self_attn.k_proj.weight": linear(n_kv * d, h),
+        f"{prefix}self_attn.v_proj.weight": linear(n_kv * d, h),
+        f"{prefix}self_attn.o_proj.weight": linear(h, n_q * d),
+        f"{prefix}post_attention_layernorm.weight": norm(h),
+        f"{prefix}mlp.gate_proj.weight": linear(inter, h),
+        f"{prefix}mlp.up_proj.weight": linear(inter, h),
+        f"{prefix}mlp.down_proj.weight": linear(h, inter),
+    }
+    if config.attention_bias:
+        for name, size in (("q", n_q * d), ("k", n_kv * d), ("v", n_kv * d)):
+            w[f"{prefix}self_attn.{name}_proj.bias"] = 0.1 * torch.randn(
+                size, generator=gen
+            )
+    if config.attention_output_gate:
+        w[f"{prefix}self_attn.g_proj.weight"] = linear(n_q, h)
+    return w
+
+
+def random_weights(
+    config: Spark2_5Config, seed: int = 0, dspark_prefix: str | None = None
+) -> dict[str, torch.Tensor]:
+    """Random tensors in the SPEC §3 (and, with a prefix, §4) layout."""
+    gen = torch.Generator().manual_seed(seed)
+    h, v = config.hidden_size, config.vocab_size
+    weights = {"model.embed_tokens.weight": torch.randn(v, h, generator=gen)}
+    for i in range(config.num_hidden_layers):
+        weights.update(_decoder_layer_weights(config, f"model.layers.{i}.", gen))
+    weights["model.norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
+    if not config.tie_word_embeddings:
+        # Larger than 1/sqrt(h) so logits spread over several units.
+        weights["lm_head.weight"] = 4.0 * torch.randn(v, h, generator=gen) / h**0.5
+
+    if dspark_prefix is not None:
+        p = dspark_prefix
+        n_aux = len(config.dspark_target_layer_ids)
+        rank = config.dspark_markov_rank
+        weights[f"{p}main_proj.weight"] = torch.randn(h, n_aux * h, generator=gen) / (
+            n_aux * h
+        ) ** 0.5
+        weights[f"{p}main_norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
+        for j in range(len(config.dspark_layer_types)):
+            weights.update(_decoder_layer_weights(config, f"{p}layers.{j}.", gen))
+        weights[f"{p}norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
+        weights[f"{p}markov_head.markov_w1.weight"] = torch.randn(v, rank, generator=gen)
+        weights[f"{p}markov_head.markov_w2.weight"] = torch.randn(
+            v, rank, generator=gen
+        ) / rank**0.5
+        if config.dspark_markov_head_type == "rnn":
+            weights[f"{p}markov_head.rnn_proj.weight"] = torch.randn(
+                rank, rank, generator=gen
+            ) / rank**0.5
+        if config.dspark_enable_confidence_head:
+            weights[f"{p}confidence_head.proj.weight"] = torch.randn(
+                1, h + rank, generator=gen
+            ) / (h + rank) ** 0.5
+            weights[f"{p}confidence_head.proj.bias"] = torch.randn(1, generator=gen)
+    return {name: t.contiguous() for name, t in weights.items()}
+
+
+def make_tiny_checkpoint(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    dspark: bool | dict[str, Any] = False,
+    dspark_prefix: str = "draft_model.",
+    **config_overrides: Any,
+) -> Path:
+    """Write a tiny Spark2_5 checkpoint to ``path`` and return the path.
+
+    ``config_overrides`` replace fields of :data:`TINY_CONFIG`. ``dspark=True``
+    (or a dict of ``dspark_*`` fields overriding :data:`TINY_DSPARK`) adds a
+    DSpark draft under ``dspark_prefix`` (one of ``draft_model.``, ``mtp.``,
+    ``model.mtp.``).
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(TINY_CONFIG["vocab_size"])
+    fields = {**TINY_CONFIG, **config_overrides}
+    if dspark:
+        if dspark_prefix not in DSPARK_PREFIXES:
+            raise ValueError(
+                f"dspark_prefix must be one of {list(DSPARK_PREFIXES)}, got "
+                f"{dspark_prefix!r}"
+            )
+        fields = {
+            **TINY_DSPARK,
+            "dspark_noise_token_id": tokenizer.convert_tokens_to_ids(NOISE_TOKEN),
+            **(dspark if isinstance(dspark, dict) else {}),
+            **fields,
+        }
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    config = Spark2_5Config(
+        architectures=["Spark2_5ForCausalLM"],
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        bos_token_id=None,
+        dtype=str(dtype).removeprefix("torch."),
+        **fields,
+    )
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"vocab_size {config.vocab_size} is smaller than the tiny tokenizer "
+            f"({len(tokenizer)} tokens)"
+        )
+    config.save_pretrained(path)
+    weights = random_weights(config, seed, dspark_prefix if dspark else None)
+    save_file(
+        {name: t.to(dtype) for name, t in weights.items()},
+        str(path / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    tokenizer.save_pretrained(path)
+    template = resources.files(__package__).joinpath("chat_template.jinja")
+    (path / "chat_template.jinja").write_text(template.read_text(encoding="utf-8"))
+    (path / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2) + "\n"
+    )
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="directory to write the checkpoint to")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], default="float32"
+    )
+    parser.add_argument(
+        "--dspark", action="store_true", help="add DSpark draft config and weights"
+    )
+    parser.add_argument("--dspark-prefix", choices=DSPARK_PREFIXES, default="draft_model.")
+    args = parser.parse_args(argv)
+    out = make_tiny_checkpoint(
+        args.path,
+        seed=args.seed,
+        dtype=getattr(torch, args.dtype),
+        dspark=args.dspark,
+        dspark_prefix=args.dspark_prefix,
+    )
+    print(f"wrote a tiny Spark2_5 checkpoint to {out}")
+
+
+if __name__ == "__main__":
+    main()
