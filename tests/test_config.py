@@ -1,0 +1,129 @@
+"""Spark2_5Config: SPEC §3 defaults, RoPE spellings, and field validation."""
+
+import json
+
+import pytest
+
+from vllm_spark2_5_plugin.spark2_5_config import Spark2_5Config
+
+
+def test_defaults_follow_spec():
+    c = Spark2_5Config()
+    assert c.model_type == "spark2_5"
+    assert (c.vocab_size, c.hidden_size, c.intermediate_size) == (151552, 4096, 12288)
+    assert (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads) == (
+        40,
+        32,
+        8,
+    )
+    assert (c.head_dim, c.hidden_act, c.max_position_embeddings) == (
+        128,
+        "gelu_pytorch_tanh",
+        131072,
+    )
+    assert c.rms_norm_eps == 1e-6 and c.sliding_window == 4096
+    assert c.attention_bias is False and c.attention_output_gate is True
+    assert c.tie_word_embeddings is False and c.initializer_range == 0.02
+    full = [i for i, t in enumerate(c.layer_types) if t == "full_attention"]
+    assert full == list(range(3, 40, 4))
+    assert c.rope_parameters == {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        pytest.param(
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}},
+            {"sliding_attention": 5e5, "full_attention": 5e5},
+            id="flat-dict-applies-to-both",
+        ),
+        pytest.param(
+            {"rope_theta": 2e5},
+            {"sliding_attention": 2e5, "full_attention": 2e5},
+            id="legacy-rope_theta",
+        ),
+        pytest.param(
+            {"rope_parameters": {"full_attention": {"rope_theta": 3e6}}},
+            {"sliding_attention": 1e4, "full_attention": 3e6},
+            id="per-type-partial",
+        ),
+        pytest.param(
+            {
+                "rope_parameters": {"sliding_attention": {"rope_theta": 7.0}},
+                "rope_theta": 9.0,
+            },
+            {"sliding_attention": 7.0, "full_attention": 9.0},
+            id="explicit-wins-over-legacy",
+        ),
+    ],
+)
+def test_rope_spellings_resolve_per_layer_type(fields, expected):
+    c = Spark2_5Config(num_hidden_layers=4, **fields)
+    assert {t: p["rope_theta"] for t, p in c.rope_parameters.items()} == expected
+    assert all(p["rope_type"] == "default" for p in c.rope_parameters.values())
+
+
+def test_legacy_rope_scaling_applies_to_both_types():
+    c = Spark2_5Config(
+        num_hidden_layers=4, rope_scaling={"type": "linear", "factor": 4.0}
+    )
+    for params in c.rope_parameters.values():
+        assert params["rope_type"] == "linear" and params["factor"] == 4.0
+
+
+def test_round_trip_through_config_json(tmp_path):
+    c = Spark2_5Config(
+        num_hidden_layers=3,
+        layer_types=["full_attention", "sliding_attention", "full_attention"],
+        rope_theta=123.0,
+        dspark_block_size=8,
+    )
+    c.save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert raw["model_type"] == "spark2_5" and "rope_theta" not in raw
+    again = Spark2_5Config.from_pretrained(tmp_path)
+    assert again.layer_types == c.layer_types
+    assert again.rope_parameters == c.rope_parameters
+    assert again.dspark_block_size == 8
+
+
+@pytest.mark.parametrize(
+    ("fields", "field_named"),
+    [
+        ({"layer_types": ["sliding_attention"] * 3}, "layer_types"),
+        ({"layer_types": ["sliding_attention"] * 39 + ["linear_attention"]}, "layer_types"),
+        ({"layer_types": "full_attention"}, "layer_types"),
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"sliding_window": -4}, "sliding_window"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads"),
+        ({"num_attention_heads": 0}, "num_attention_heads"),
+        ({"head_dim": 33}, "head_dim"),
+        ({"hidden_size": 1.5}, "hidden_size"),
+        ({"vocab_size": -1}, "vocab_size"),
+        ({"intermediate_size": None}, "intermediate_size"),
+        ({"hidden_act": "silu"}, "hidden_act"),
+        ({"rms_norm_eps": 0}, "rms_norm_eps"),
+        ({"rope_parameters": {"full_attention": {"rope_theta": -1.0}}}, "rope_theta"),
+        ({"rope_parameters": "default"}, "rope_parameters"),
+        (
+            {"rope_parameters": {"full_attention": {}, "rope_theta": 1.0}},
+            "rope_parameters",
+        ),
+        ({"attention_output_gate": "yes"}, "attention_output_gate"),
+        ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
+    ],
+)
+def test_bad_field_raises_value_error_naming_it(fields, field_named):
+    with pytest.raises(ValueError, match=field_named):
+        Spark2_5Config(**fields)
+
+
+def test_bad_config_json_fails_with_the_field_name(tmp_path):
+    raw = Spark2_5Config(num_hidden_layers=2).to_dict()
+    raw["layer_types"] = ["sliding_attention", "global"]
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=r"layer_types\[1\]"):
+        Spark2_5Config.from_pretrained(tmp_path)
