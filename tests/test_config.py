@@ -94,7 +94,10 @@ def test_round_trip_through_config_json(tmp_path):
     ("fields", "field_named"),
     [
         ({"layer_types": ["sliding_attention"] * 3}, "layer_types"),
-        ({"layer_types": ["sliding_attention"] * 39 + ["linear_attention"]}, "layer_types"),
+        (
+            {"layer_types": ["sliding_attention"] * 39 + ["linear_attention"]},
+            "layer_types",
+        ),
         ({"layer_types": "full_attention"}, "layer_types"),
         ({"sliding_window": 0}, "sliding_window"),
         ({"sliding_window": -4}, "sliding_window"),

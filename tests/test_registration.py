@@ -44,7 +44,8 @@ def test_entry_point_registers_everything_lazily_and_logs_once():
     lines, log = load(
         after="""
 import sys
-print("IMPORTED", sorted(m for m in sys.modules if m.startswith("vllm_spark2_5_plugin.")))
+ours = sorted(m for m in sys.modules if m.startswith("vllm_spark2_5_plugin."))
+print("IMPORTED", ours)
 import vllm_spark2_5_plugin
 vllm_spark2_5_plugin.register()  # idempotent: no second registration, no second line
 """
@@ -142,7 +143,9 @@ def test_warns_when_running_vllm_differs_from_tested():
 
 @pytest.mark.parametrize("trust_remote_code", [False, True])
 @pytest.mark.parametrize("with_auto_map", [False, True])
-def test_config_loads_without_remote_code(tiny_checkpoint, tmp_path, trust_remote_code, with_auto_map):
+def test_config_loads_without_remote_code(
+    tiny_checkpoint, tmp_path, trust_remote_code, with_auto_map
+):
     import json
     import shutil
 

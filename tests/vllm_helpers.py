@@ -35,7 +35,9 @@ def greedy_generate(
     kwargs = {**LLM_KWARGS, "distributed_executor_backend": "uni", **llm_kwargs}
     llm = LLM(str(model), **kwargs)
     try:
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs)
+        params = SamplingParams(
+            temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True
+        )
         outputs = llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
             params,
@@ -56,12 +58,15 @@ def greedy_generate(
 
 
 def run_python(
-    code: str, env: dict[str, str] | None = None, timeout: float = 600
+    code: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    args: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (fresh plugin state) and capture output."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         env=full_env,
         capture_output=True,
         text=True,

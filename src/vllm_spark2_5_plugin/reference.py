@@ -41,7 +41,9 @@ def rope_inverse_frequencies(rope: Mapping[str, Any], head_dim: int) -> torch.Te
     """Per-pair inverse frequencies; ``linear`` scaling divides positions."""
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", "linear"):
-        raise ValueError(f"the reference implements rope_type default/linear, not {rope_type!r}")
+        raise ValueError(
+            f"the reference implements rope_type default/linear, not {rope_type!r}"
+        )
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     inv_freq = 1.0 / (float(rope["rope_theta"]) ** exponents)
     if rope_type == "linear":
@@ -117,7 +119,9 @@ class ReferenceConfig:
             per_type = {t: dict(params or {}) for t in defaults}
         for layer_type, entry in per_type.items():
             entry.setdefault("rope_type", entry.get("type", "default"))
-            entry.setdefault("rope_theta", raw.get("rope_theta") or defaults[layer_type])
+            entry.setdefault(
+                "rope_theta", raw.get("rope_theta") or defaults[layer_type]
+            )
         return cls(
             hidden_size=raw["hidden_size"],
             num_attention_heads=raw["num_attention_heads"],
@@ -217,7 +221,13 @@ class Spark2_5Reference:
         for i, layer_type in enumerate(cfg.layer_types):
             window = cfg.sliding_window if layer_type == SLIDING else None
             h = decoder_layer(
-                h, positions, self.weights, f"model.layers.{i}.", cfg, layer_type, window
+                h,
+                positions,
+                self.weights,
+                f"model.layers.{i}.",
+                cfg,
+                layer_type,
+                window,
             )
             stream.append(h)
         return stream
@@ -225,9 +235,9 @@ class Spark2_5Reference:
     def logits(self, ids: Sequence[int]) -> torch.Tensor:
         """Next-token logits ``[T, V]`` for every position of ``ids``."""
         h = self.residual_stream(ids)[-1]
-        return rms_norm(h, self.weights["model.norm.weight"], self.config.rms_norm_eps) @ (
-            self.lm_head.T
-        )
+        return rms_norm(
+            h, self.weights["model.norm.weight"], self.config.rms_norm_eps
+        ) @ (self.lm_head.T)
 
     def greedy(
         self, prompt: Sequence[int], max_tokens: int

@@ -103,8 +103,10 @@ def _decoder_layer_weights(
     config: Spark2_5Config, prefix: str, gen: torch.Generator
 ) -> dict[str, torch.Tensor]:
     h, d = config.hidden_size, config.head_dim
-    n_q, n_kv, inter = config.num_attention_heads, config.num_key_value_heads, (
-        config.intermediate_size
+    n_q, n_kv, inter = (
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        (config.intermediate_size),
     )
 
     def linear(out_features: int, in_features: int) -> torch.Tensor:
@@ -152,25 +154,27 @@ def random_weights(
         p = dspark_prefix
         n_aux = len(config.dspark_target_layer_ids)
         rank = config.dspark_markov_rank
-        weights[f"{p}main_proj.weight"] = torch.randn(h, n_aux * h, generator=gen) / (
-            n_aux * h
-        ) ** 0.5
+        weights[f"{p}main_proj.weight"] = (
+            torch.randn(h, n_aux * h, generator=gen) / (n_aux * h) ** 0.5
+        )
         weights[f"{p}main_norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
         for j in range(len(config.dspark_layer_types)):
             weights.update(_decoder_layer_weights(config, f"{p}layers.{j}.", gen))
         weights[f"{p}norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
-        weights[f"{p}markov_head.markov_w1.weight"] = torch.randn(v, rank, generator=gen)
-        weights[f"{p}markov_head.markov_w2.weight"] = torch.randn(
+        weights[f"{p}markov_head.markov_w1.weight"] = torch.randn(
             v, rank, generator=gen
-        ) / rank**0.5
+        )
+        weights[f"{p}markov_head.markov_w2.weight"] = (
+            torch.randn(v, rank, generator=gen) / rank**0.5
+        )
         if config.dspark_markov_head_type == "rnn":
-            weights[f"{p}markov_head.rnn_proj.weight"] = torch.randn(
-                rank, rank, generator=gen
-            ) / rank**0.5
+            weights[f"{p}markov_head.rnn_proj.weight"] = (
+                torch.randn(rank, rank, generator=gen) / rank**0.5
+            )
         if config.dspark_enable_confidence_head:
-            weights[f"{p}confidence_head.proj.weight"] = torch.randn(
-                1, h + rank, generator=gen
-            ) / (h + rank) ** 0.5
+            weights[f"{p}confidence_head.proj.weight"] = (
+                torch.randn(1, h + rank, generator=gen) / (h + rank) ** 0.5
+            )
             weights[f"{p}confidence_head.proj.bias"] = torch.randn(1, generator=gen)
     return {name: t.contiguous() for name, t in weights.items()}
 
@@ -249,7 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dspark", action="store_true", help="add DSpark draft config and weights"
     )
-    parser.add_argument("--dspark-prefix", choices=DSPARK_PREFIXES, default="draft_model.")
+    parser.add_argument(
+        "--dspark-prefix", choices=DSPARK_PREFIXES, default="draft_model."
+    )
     args = parser.parse_args(argv)
     out = make_tiny_checkpoint(
         args.path,
