@@ -78,7 +78,7 @@ def _register_config(override: bool) -> None:
 
     from .spark2_5_config import Spark2_5Config
 
-    existing = _CONFIG_REGISTRY.get(MODEL_TYPE) if MODEL_TYPE in _CONFIG_REGISTRY else None
+    existing = _CONFIG_REGISTRY.get(MODEL_TYPE)
     if existing is not None and existing is not Spark2_5Config and not override:
         return
     # vLLM's own registry makes vLLM build the config without remote code, even
@@ -114,6 +114,9 @@ def _register() -> None:
     ModelRegistry.register_model(TARGET_ARCH, _TARGET_CLASS)
     if override or _foreign_model(DRAFT_ARCH) is None:
         ModelRegistry.register_model(DRAFT_ARCH, _DRAFT_CLASS)
+    from .dspark_config import install_speculative_config_hook
+
+    install_speculative_config_hook()
     _register_config(override)
 
     from vllm.tool_parsers import ToolParserManager
@@ -171,4 +174,6 @@ def register() -> None:
         except Exception:  # vLLM itself is unusable: fall back to stdlib logging
             import logging
 
-            logging.getLogger(__name__).exception("%s: registration failed", PLUGIN_NAME)
+            logging.getLogger(__name__).exception(
+                "%s: registration failed", PLUGIN_NAME
+            )

@@ -1,0 +1,385 @@
+"""DSpark draft settings for Spark2_5: aliases, validation and vLLM's config hook.
+
+DSpark settings live in the target checkpoint's ``config.json`` (SPEC §4). This
+module
+
+* brings the accepted spellings to one canonical set of ``dspark_*`` fields
+  (:func:`normalize_dspark_config`),
+* checks them and returns them as plain values (:func:`read_dspark_settings`),
+  raising ``ValueError`` that names the field, the value and the fix, and
+* installs a wrapper around ``SpeculativeConfig.update_arch_``
+  (:func:`install_speculative_config_hook`).
+
+Why the hook: vLLM 0.32.0 sends every ``{"method": "dspark"}`` draft whose
+architecture it does not know to its DeepSeek-V4 fallback, which renames the
+draft config to ``model_type="deepseek_v4"`` / ``["DSparkDraftModel"]`` and then
+calls ``update_arch_()``. Wrapping ``update_arch_`` puts the Spark2_5 draft back
+(model type, architecture, the draft's own layer count and layer types) right
+there, *before* vLLM derives the draft's architecture info, tensor-parallel size
+and parallel config, and long before any weight is loaded: a bad checkpoint
+fails while ``SpeculativeConfig`` is built, at start-up.
+
+Only Transformers-free, torch-free code lives here; vLLM is imported lazily.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from .spark2_5_config import FULL, LAYER_TYPES, SLIDING
+
+MODEL_TYPE = "spark2_5"
+DRAFT_ARCH = "Spark2_5DSparkForCausalLM"
+DSPARK_METHOD = "dspark"
+MARKOV_HEAD_TYPES = ("vanilla", "rnn")
+
+#: canonical field -> the alias the plugin also accepts (SPEC §4).
+DSPARK_ALIASES: dict[str, str] = {
+    "dspark_block_size": "block_size",
+    "dspark_markov_rank": "markov_rank",
+    "dspark_target_layer_ids": "target_layer_ids",
+    "dspark_markov_head_type": "markov_head_type",
+    "dspark_enable_confidence_head": "enable_confidence_head",
+    "dspark_noise_token_id": "mask_token_id",
+}
+
+# Marks our wrapper so that installing twice never wraps twice.
+_HOOK_MARK = "_spark2_5_dspark_hook"
+
+
+@dataclass(frozen=True)
+class DSparkSettings:
+    """Validated DSpark settings of one Spark2_5 checkpoint."""
+
+    block_size: int | None
+    markov_rank: int
+    target_layer_ids: tuple[int, ...]
+    markov_head_type: str
+    enable_confidence_head: bool
+    noise_token_id: int
+    layer_types: tuple[str, ...]
+    sliding_window: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_types)
+
+    @property
+    def aux_layer_ids(self) -> tuple[int, ...]:
+        """vLLM's EAGLE-3 aux ids: id k is the stream entering layer k."""
+        return tuple(i + 1 for i in self.target_layer_ids)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _missing(config: Any, name: str) -> bool:
+    return getattr(config, name, None) is None
+
+
+def normalize_dspark_config(config: Any) -> None:
+    """Rewrite accepted aliases to the canonical ``dspark_*`` fields, in place.
+
+    A value given under both spellings must agree. The alias is kept (with the
+    same value), because vLLM itself reads some aliases first (``block_size``
+    for the default number of speculative tokens, ``mask_token_id`` for the
+    noise token). Defaults of SPEC §4 fill the optional fields. Idempotent.
+    """
+    for canonical, alias in DSPARK_ALIASES.items():
+        value = getattr(config, canonical, None)
+        alias_value = getattr(config, alias, None)
+        if value is None and alias_value is not None:
+            setattr(config, canonical, alias_value)
+        elif value is not None and alias_value is not None and alias_value != value:
+            raise ValueError(
+                f"{canonical}={value!r} and its alias {alias}={alias_value!r} "
+                "disagree in the checkpoint's config.json; keep one of them"
+            )
+    if _missing(config, "dspark_markov_head_type"):
+        config.dspark_markov_head_type = "vanilla"
+    if _missing(config, "dspark_enable_confidence_head"):
+        config.dspark_enable_confidence_head = False
+    if _missing(config, "dspark_layer_types"):
+        config.dspark_layer_types = [SLIDING]
+    if _missing(config, "dspark_sliding_window"):
+        config.dspark_sliding_window = getattr(config, "sliding_window", None)
+    # Lists, not tuples: the config stays JSON-serialisable and compares equal
+    # after a round trip.
+    for name in ("dspark_target_layer_ids", "dspark_layer_types"):
+        value = getattr(config, name)
+        if isinstance(value, tuple):
+            setattr(config, name, list(value))
+
+
+def read_dspark_settings(
+    config: Any,
+    *,
+    num_target_layers: int | None = None,
+    target_hidden_size: int | None = None,
+    target_vocab_size: int | None = None,
+) -> DSparkSettings:
+    """Normalise ``config`` and return its validated DSpark settings.
+
+    ``num_target_layers``, ``target_hidden_size`` and ``target_vocab_size``
+    default to the config's own values (the draft config is a copy of the
+    target's, so they agree unless a separate draft config was given).
+    """
+    normalize_dspark_config(config)
+    num_target_layers = num_target_layers or config.num_hidden_layers
+    vocab_size = config.vocab_size
+
+    rank = getattr(config, "dspark_markov_rank", None)
+    if rank is None:
+        raise ValueError(
+            "dspark_markov_rank (alias markov_rank) is missing from the "
+            "checkpoint's config.json; DSpark needs the rank of its Markov head"
+        )
+    if not _is_int(rank) or rank <= 0:
+        raise ValueError(f"dspark_markov_rank must be a positive integer, got {rank!r}")
+
+    ids = getattr(config, "dspark_target_layer_ids", None)
+    if ids is None or (isinstance(ids, list | tuple) and len(ids) == 0):
+        raise ValueError(
+            f"dspark_target_layer_ids (alias target_layer_ids) must be a non-empty "
+            f"list of target layer indices, got {ids!r}"
+        )
+    if not isinstance(ids, list | tuple) or not all(_is_int(i) for i in ids):
+        raise ValueError(
+            f"dspark_target_layer_ids must be a list of integers, got {ids!r}"
+        )
+    if len(set(ids)) != len(ids):
+        raise ValueError(
+            f"dspark_target_layer_ids must not repeat a layer, got {list(ids)!r}"
+        )
+    if list(ids) != sorted(ids):
+        raise ValueError(
+            f"dspark_target_layer_ids must be strictly ascending (main_proj's "
+            f"columns follow ascending layer order), got {list(ids)!r}"
+        )
+    bad = [i for i in ids if not 0 <= i < num_target_layers]
+    if bad:
+        raise ValueError(
+            f"dspark_target_layer_ids={list(ids)!r} has {bad!r} outside the target's "
+            f"layers 0..{num_target_layers - 1}; ids are zero-based decoder layer "
+            "indices"
+        )
+
+    head_type = config.dspark_markov_head_type
+    if head_type not in MARKOV_HEAD_TYPES:
+        raise ValueError(
+            f"dspark_markov_head_type must be one of {list(MARKOV_HEAD_TYPES)}, got "
+            f"{head_type!r}"
+        )
+    confidence = config.dspark_enable_confidence_head
+    if not isinstance(confidence, bool):
+        raise ValueError(
+            f"dspark_enable_confidence_head must be true or false, got {confidence!r}"
+        )
+
+    noise = getattr(config, "dspark_noise_token_id", None)
+    if noise is None:
+        raise ValueError(
+            "dspark_noise_token_id (alias mask_token_id) is missing from the "
+            "checkpoint's config.json; DSpark fills the draft block with it"
+        )
+    if not _is_int(noise) or not 0 <= noise < vocab_size:
+        raise ValueError(
+            f"dspark_noise_token_id must be a token id in 0..{vocab_size - 1}, got "
+            f"{noise!r}"
+        )
+
+    layer_types = config.dspark_layer_types
+    if not isinstance(layer_types, list | tuple) or not layer_types:
+        raise ValueError(
+            f"dspark_layer_types must be a non-empty list of {list(LAYER_TYPES)} "
+            f"(one entry per draft layer), got {layer_types!r}"
+        )
+    for j, layer_type in enumerate(layer_types):
+        if layer_type not in LAYER_TYPES:
+            raise ValueError(
+                f"dspark_layer_types[{j}] is {layer_type!r}; expected one of "
+                f"{list(LAYER_TYPES)}"
+            )
+
+    window = config.dspark_sliding_window
+    if not _is_int(window) or window <= 0:
+        raise ValueError(
+            f"dspark_sliding_window must be a positive integer, got {window!r}"
+        )
+
+    block_size = getattr(config, "dspark_block_size", None)
+    if block_size is not None and (not _is_int(block_size) or block_size <= 0):
+        raise ValueError(
+            f"dspark_block_size (alias block_size) must be a positive integer, got "
+            f"{block_size!r}"
+        )
+
+    draft_vocab = getattr(config, "draft_vocab_size", None)
+    if draft_vocab is not None and draft_vocab != vocab_size:
+        raise ValueError(
+            f"draft_vocab_size={draft_vocab!r} differs from vocab_size={vocab_size}; "
+            "the Spark2_5 DSpark draft predicts over the full target vocabulary"
+        )
+    if target_vocab_size is not None and vocab_size != target_vocab_size:
+        raise ValueError(
+            f"vocab_size of the draft ({vocab_size}) must equal the target's "
+            f"({target_vocab_size}); the draft shares the target's embedding and "
+            "LM head"
+        )
+    if target_hidden_size is not None and config.hidden_size != target_hidden_size:
+        raise ValueError(
+            f"hidden_size of the draft ({config.hidden_size}) must equal the "
+            f"target's ({target_hidden_size})"
+        )
+
+    return DSparkSettings(
+        block_size=block_size,
+        markov_rank=rank,
+        target_layer_ids=tuple(ids),
+        markov_head_type=head_type,
+        enable_confidence_head=confidence,
+        noise_token_id=noise,
+        layer_types=tuple(layer_types),
+        sliding_window=window,
+    )
+
+
+def check_speculative_settings(
+    settings: DSparkSettings,
+    num_speculative_tokens: int | None,
+    parallel_config: Any | None,
+) -> None:
+    """Checks that depend on the serving flags rather than the checkpoint."""
+    if num_speculative_tokens is None and settings.block_size is None:
+        raise ValueError(
+            "num_speculative_tokens is required: the checkpoint sets no "
+            "dspark_block_size to default it to; pass "
+            '--speculative-config \'{"method": "dspark", '
+            '"num_speculative_tokens": N}\''
+        )
+    if (
+        num_speculative_tokens is not None
+        and settings.block_size is not None
+        and num_speculative_tokens != settings.block_size
+    ):
+        raise ValueError(
+            f"num_speculative_tokens={num_speculative_tokens} does not match the "
+            f"draft's trained dspark_block_size={settings.block_size}; set "
+            f'"num_speculative_tokens": {settings.block_size} in --speculative-config '
+            "(or leave it out to use the block size)"
+        )
+    if parallel_config is None:
+        return
+    pp = getattr(parallel_config, "pipeline_parallel_size", 1)
+    if pp != 1:
+        raise ValueError(
+            f"pipeline_parallel_size={pp}: Spark2_5 DSpark speculative decoding "
+            "supports pipeline_parallel_size=1 only; use tensor parallelism "
+            "instead or drop --speculative-config"
+        )
+    dcp = getattr(parallel_config, "decode_context_parallel_size", 1)
+    if dcp != 1:
+        raise ValueError(
+            f"decode_context_parallel_size={dcp}: Spark2_5 DSpark speculative "
+            "decoding supports decode_context_parallel_size=1 only"
+        )
+
+
+# ---------------------------------------------------------------------------
+# The SpeculativeConfig hook
+# ---------------------------------------------------------------------------
+
+
+def _is_spark2_5_dspark(spec_config: Any) -> bool:
+    if getattr(spec_config, "method", None) != DSPARK_METHOD:
+        return False
+    target = getattr(spec_config, "target_model_config", None)
+    draft = getattr(spec_config, "draft_model_config", None)
+    if target is None or draft is None:
+        return False
+    return getattr(target.hf_config, "model_type", None) == MODEL_TYPE
+
+
+def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
+    """Turn the draft config of a Spark2_5 DSpark spec config into ours.
+
+    Undoes vLLM's DeepSeek-V4 fallback: ``model_type`` back to ``spark2_5``
+    and ``architectures`` to ``[Spark2_5DSparkForCausalLM]``; the draft gets
+    its own layer count and layer types (the copied target values would make
+    vLLM mis-size and mis-classify the draft), and ``is_causal=False`` because
+    every draft layer attends to its whole block. Validates all settings
+    first, so nothing is changed when they are bad. The caller must let vLLM
+    recompute the architecture info afterwards (``update_arch_``).
+    """
+    target_hf = spec_config.target_model_config.hf_config
+    draft_hf = spec_config.draft_model_config.hf_config
+    settings = read_dspark_settings(
+        draft_hf,
+        num_target_layers=target_hf.num_hidden_layers,
+        target_hidden_size=target_hf.hidden_size,
+        target_vocab_size=target_hf.vocab_size,
+    )
+    check_speculative_settings(
+        settings,
+        spec_config.num_speculative_tokens,
+        getattr(spec_config, "target_parallel_config", None),
+    )
+    draft_hf.model_type = MODEL_TYPE
+    draft_hf.architectures = [DRAFT_ARCH]
+    draft_hf.num_hidden_layers = settings.num_layers
+    draft_hf.layer_types = list(settings.layer_types)
+    draft_hf.is_causal = False
+    # Where the draft's layers sit in the target's checkpoint and layer-name
+    # space (attention layer names are offset past the target's layers).
+    draft_hf.dspark_num_target_layers = target_hf.num_hidden_layers
+    return settings
+
+
+def install_speculative_config_hook() -> None:
+    """Wrap ``SpeculativeConfig.update_arch_`` once per process (idempotent).
+
+    The wrapper acts only for ``method == "dspark"`` with a ``spark2_5``
+    target; every other speculative config goes straight to vLLM's method.
+    """
+    from vllm.config.speculative import SpeculativeConfig
+
+    current = SpeculativeConfig.update_arch_
+    if getattr(current, _HOOK_MARK, False):
+        return
+
+    @functools.wraps(current)
+    def update_arch_(self, *args: Any, **kwargs: Any) -> Any:
+        if _is_spark2_5_dspark(self):
+            restore_spark2_5_draft(self)
+        return current(self, *args, **kwargs)
+
+    setattr(update_arch_, _HOOK_MARK, True)
+    SpeculativeConfig.update_arch_ = update_arch_
+
+
+def uninstall_speculative_config_hook() -> None:
+    """Undo :func:`install_speculative_config_hook` (for tests)."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    current = SpeculativeConfig.update_arch_
+    if getattr(current, _HOOK_MARK, False):
+        SpeculativeConfig.update_arch_ = current.__wrapped__
+
+
+__all__ = [
+    "DRAFT_ARCH",
+    "DSPARK_ALIASES",
+    "DSparkSettings",
+    "FULL",
+    "MARKOV_HEAD_TYPES",
+    "SLIDING",
+    "check_speculative_settings",
+    "install_speculative_config_hook",
+    "normalize_dspark_config",
+    "read_dspark_settings",
+    "restore_spark2_5_draft",
+    "uninstall_speculative_config_hook",
+]

@@ -1,0 +1,412 @@
+"""DSpark config: aliases, validation, and the restore after vLLM's DeepSeek-V4
+fallback, through vLLM's real ModelConfig / SpeculativeConfig / EngineArgs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vllm_spark2_5_plugin.dspark_config import (
+    DSPARK_ALIASES,
+    check_speculative_settings,
+    normalize_dspark_config,
+    read_dspark_settings,
+)
+from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING, Spark2_5Config
+from vllm_spark2_5_plugin.tiny_checkpoint import TINY_CONFIG
+
+NOISE_ID = 17
+
+
+def dspark_config(**fields) -> Spark2_5Config:
+    """A tiny Spark2_5 config with valid DSpark settings, overridden by ``fields``."""
+    base = {
+        **TINY_CONFIG,
+        "dspark_block_size": 4,
+        "dspark_markov_rank": 8,
+        "dspark_target_layer_ids": [1, 3],
+        "dspark_noise_token_id": NOISE_ID,
+    }
+    base.update(fields)
+    return Spark2_5Config(**{k: v for k, v in base.items() if v is not None})
+
+
+# ---------------------------------------------------------------------------
+# Normalisation and validation (no engine)
+# ---------------------------------------------------------------------------
+
+
+def test_aliases_become_canonical_fields():
+    config = dspark_config(
+        dspark_block_size=None,
+        dspark_markov_rank=None,
+        dspark_target_layer_ids=None,
+        dspark_noise_token_id=None,
+        block_size=6,
+        markov_rank=5,
+        target_layer_ids=[0, 2],
+        markov_head_type="rnn",
+        enable_confidence_head=True,
+        mask_token_id=NOISE_ID,
+    )
+    s = read_dspark_settings(config)
+    assert (s.block_size, s.markov_rank, s.target_layer_ids) == (6, 5, (0, 2))
+    assert (s.markov_head_type, s.enable_confidence_head) == ("rnn", True)
+    assert s.noise_token_id == NOISE_ID
+    for canonical, alias in DSPARK_ALIASES.items():
+        assert getattr(config, canonical) == getattr(config, alias), canonical
+
+
+def test_defaults_fill_optional_fields():
+    config = dspark_config()
+    s = read_dspark_settings(config)
+    assert s.markov_head_type == "vanilla" and s.enable_confidence_head is False
+    assert s.layer_types == (SLIDING,) and s.num_layers == 1
+    assert s.sliding_window == TINY_CONFIG["sliding_window"]
+    assert s.aux_layer_ids == (2, 4)
+    assert config.dspark_layer_types == [SLIDING]
+
+
+def test_normalisation_is_idempotent():
+    config = dspark_config(markov_rank=8, dspark_layer_types=(SLIDING, FULL))
+    normalize_dspark_config(config)
+    first = config.to_dict()
+    normalize_dspark_config(config)
+    assert config.to_dict() == first
+    assert config.dspark_layer_types == [SLIDING, FULL]
+
+
+def test_alias_disagreeing_with_canonical_field_is_refused():
+    config = dspark_config(markov_rank=3)
+    with pytest.raises(ValueError, match=r"dspark_markov_rank=8 .* markov_rank=3"):
+        normalize_dspark_config(config)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"dspark_markov_rank": 0},
+            r"dspark_markov_rank must be a positive integer, got 0",
+        ),
+        ({"dspark_markov_rank": 2.5}, r"dspark_markov_rank .* got 2\.5"),
+        (
+            {"dspark_markov_rank": None},
+            r"dspark_markov_rank \(alias markov_rank\) is missing",
+        ),
+        (
+            {"dspark_target_layer_ids": []},
+            r"dspark_target_layer_ids .* non-empty .* \[\]",
+        ),
+        (
+            {"dspark_target_layer_ids": [1, 1]},
+            r"dspark_target_layer_ids must not repeat .* \[1, 1\]",
+        ),
+        (
+            {"dspark_target_layer_ids": [3, 1]},
+            r"dspark_target_layer_ids must be strictly ascending .* \[3, 1\]",
+        ),
+        (
+            {"dspark_target_layer_ids": [1, 4]},
+            r"dspark_target_layer_ids=\[1, 4\] has \[4\] outside .* 0\.\.3",
+        ),
+        ({"dspark_target_layer_ids": [-1, 2]}, r"has \[-1\] outside"),
+        (
+            {"dspark_target_layer_ids": ["1"]},
+            r"dspark_target_layer_ids must be a list of integers",
+        ),
+        (
+            {"dspark_markov_head_type": "lstm"},
+            r"dspark_markov_head_type must be one of .* 'lstm'",
+        ),
+        (
+            {"dspark_enable_confidence_head": "yes"},
+            r"dspark_enable_confidence_head must be true or false, got 'yes'",
+        ),
+        (
+            {"dspark_noise_token_id": None},
+            r"dspark_noise_token_id \(alias mask_token_id\) is missing",
+        ),
+        (
+            {"dspark_noise_token_id": 512},
+            r"dspark_noise_token_id must be a token id in 0\.\.511, got 512",
+        ),
+        (
+            {"dspark_layer_types": ["sliding_attention", "local"]},
+            r"dspark_layer_types\[1\] is 'local'",
+        ),
+        ({"dspark_layer_types": []}, r"dspark_layer_types must be a non-empty list"),
+        (
+            {"dspark_sliding_window": 0},
+            r"dspark_sliding_window must be a positive integer, got 0",
+        ),
+        (
+            {"dspark_block_size": -2},
+            r"dspark_block_size \(alias block_size\) must be a positive .* got -2",
+        ),
+        (
+            {"draft_vocab_size": 256},
+            r"draft_vocab_size=256 differs from vocab_size=512",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_settings_raise_value_error_naming_field_and_value(fields, message):
+    with pytest.raises(ValueError, match=message):
+        read_dspark_settings(dspark_config(**fields))
+
+
+def test_draft_must_match_target_hidden_and_vocab():
+    config = dspark_config()
+    with pytest.raises(ValueError, match=r"hidden_size of the draft \(64\) .* \(128\)"):
+        read_dspark_settings(config, target_hidden_size=128)
+    with pytest.raises(
+        ValueError, match=r"vocab_size of the draft \(512\) .* \(1024\)"
+    ):
+        read_dspark_settings(config, target_vocab_size=1024)
+
+
+@pytest.mark.parametrize(
+    ("k", "pp", "dcp", "message"),
+    [
+        (5, 1, 1, r"num_speculative_tokens=5 does not match .* dspark_block_size=4"),
+        (4, 2, 1, r"pipeline_parallel_size=2: .* pipeline_parallel_size=1 only"),
+        (
+            4,
+            1,
+            2,
+            r"decode_context_parallel_size=2: .* decode_context_parallel_size=1 only",
+        ),
+    ],
+)
+def test_serving_flags_are_checked(k, pp, dcp, message):
+    from types import SimpleNamespace
+
+    settings = read_dspark_settings(dspark_config())
+    parallel = SimpleNamespace(
+        pipeline_parallel_size=pp, decode_context_parallel_size=dcp
+    )
+    with pytest.raises(ValueError, match=message):
+        check_speculative_settings(settings, k, parallel)
+
+
+def test_missing_block_size_needs_explicit_num_speculative_tokens():
+    settings = read_dspark_settings(dspark_config(dspark_block_size=None))
+    check_speculative_settings(settings, 3, None)  # any K is fine without a block
+    with pytest.raises(ValueError, match="num_speculative_tokens is required"):
+        check_speculative_settings(settings, None, None)
+
+
+# ---------------------------------------------------------------------------
+# Through vLLM's real config objects
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dspark_checkpoint(tmp_path_factory) -> Path:
+    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(
+        tmp_path_factory.mktemp("dspark-config"),
+        dspark={"dspark_layer_types": [SLIDING, FULL]},
+    )
+
+
+@pytest.fixture(scope="module")
+def registered():
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    from vllm.config.speculative import SpeculativeConfig
+
+    assert getattr(SpeculativeConfig.update_arch_, "_spark2_5_dspark_hook", False)
+
+
+def variant(base: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``base`` whose config.json has ``changes`` (None deletes a key)."""
+    out = tmp_path / "variant"
+    shutil.copytree(base, out)
+    config = json.loads((out / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def build_spec(path: Path, *, pp: int = 1, **spec_fields):
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+
+    target = ModelConfig(model=str(path), dtype="float32", max_model_len=256)
+    return SpeculativeConfig(
+        method="dspark",
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(pipeline_parallel_size=pp),
+        **spec_fields,
+    )
+
+
+def test_hook_restores_spark2_5_draft_after_deepseek_fallback(
+    registered, dspark_checkpoint
+):
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+
+    spec = build_spec(dspark_checkpoint, num_speculative_tokens=4)
+    draft = spec.draft_model_config
+    hf = draft.hf_config
+    assert hf.model_type == "spark2_5"
+    assert hf.architectures == ["Spark2_5DSparkForCausalLM"]
+    # vLLM recomputed its architecture info from the restored config.
+    assert draft.architectures == ["Spark2_5DSparkForCausalLM"]
+    assert draft.architecture == "Spark2_5DSparkForCausalLM"
+    assert hf.num_hidden_layers == 2 and hf.layer_types == [SLIDING, FULL]
+    assert draft.get_total_num_hidden_layers() == 2
+    assert hf.is_causal is False
+    # The target keeps its own config.
+    target_hf = spec.target_model_config.hf_config
+    assert target_hf.num_hidden_layers == 4 and target_hf.model_type == "spark2_5"
+    assert spec.target_model_config.architecture == "Spark2_5ForCausalLM"
+    # What the runner derives from it.
+    assert get_eagle3_aux_layers_from_config(spec) == (2, 4)
+    assert spec.parallel_drafting is True
+    assert spec.max_num_new_slots_for_drafting == 3
+
+
+def test_draft_causality_as_vllm_reads_it(registered, dspark_checkpoint):
+    from vllm.model_executor.models.qwen3_dflash import dflash_has_any_non_causal
+
+    spec = build_spec(dspark_checkpoint, num_speculative_tokens=4)
+    assert dflash_has_any_non_causal(spec.draft_model_config.hf_config)
+
+
+def test_num_speculative_tokens_is_required(registered, dspark_checkpoint):
+    # vLLM 0.32 fills in the in-checkpoint draft only when K is given, so the
+    # README tells users to pass it (equal to dspark_block_size).
+    with pytest.raises(ValueError, match="num_speculative_tokens must be provided"):
+        build_spec(dspark_checkpoint)
+
+
+def test_alias_only_checkpoint_through_vllm(registered, dspark_checkpoint, tmp_path):
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+    from vllm.v1.worker.gpu.spec_decode.utils import get_parallel_drafting_token_id
+
+    raw = json.loads((dspark_checkpoint / "config.json").read_text())
+    path = variant(
+        dspark_checkpoint,
+        tmp_path,
+        dspark_block_size=None,
+        dspark_markov_rank=None,
+        dspark_target_layer_ids=None,
+        dspark_markov_head_type=None,
+        dspark_noise_token_id=None,
+        block_size=4,
+        markov_rank=8,
+        target_layer_ids=[0, 2],
+        markov_head_type="rnn",
+        mask_token_id=raw["dspark_noise_token_id"],
+    )
+    spec = build_spec(path, num_speculative_tokens=4)
+    hf = spec.draft_model_config.hf_config
+    assert hf.dspark_markov_rank == 8 and hf.dspark_target_layer_ids == [0, 2]
+    assert hf.dspark_markov_head_type == "rnn"
+    assert hf.dspark_noise_token_id == raw["dspark_noise_token_id"]
+    assert get_eagle3_aux_layers_from_config(spec) == (1, 3)
+    assert get_parallel_drafting_token_id(hf) == raw["dspark_noise_token_id"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "spec_fields", "message"),
+    [
+        (
+            {},
+            {"num_speculative_tokens": 7},
+            r"num_speculative_tokens=7 does not match .* dspark_block_size=4",
+        ),
+        (
+            {"dspark_markov_rank": -1},
+            {"num_speculative_tokens": 4},
+            r"dspark_markov_rank must be a positive integer, got -1",
+        ),
+        (
+            {"dspark_target_layer_ids": [2, 9]},
+            {"num_speculative_tokens": 4},
+            r"dspark_target_layer_ids=\[2, 9\] has \[9\] outside",
+        ),
+        (
+            {"dspark_layer_types": ["global"]},
+            {"num_speculative_tokens": 4},
+            r"dspark_layer_types\[0\] is 'global'",
+        ),
+    ],
+    ids=["k-vs-block", "markov-rank", "layer-ids", "layer-types"],
+)
+def test_bad_checkpoint_fails_while_speculative_config_is_built(
+    registered, dspark_checkpoint, tmp_path, changes, spec_fields, message
+):
+    path = (
+        variant(dspark_checkpoint, tmp_path, **changes)
+        if changes
+        else dspark_checkpoint
+    )
+    # pydantic reports it as a ValidationError, which is a ValueError.
+    with pytest.raises(ValueError, match=message):
+        build_spec(path, **spec_fields)
+
+
+def test_pipeline_parallel_is_refused(registered, dspark_checkpoint):
+    with pytest.raises(ValueError, match=r"pipeline_parallel_size=2"):
+        build_spec(dspark_checkpoint, pp=2, num_speculative_tokens=4)
+
+
+def test_engine_args_report_the_field_before_anything_loads(
+    registered, dspark_checkpoint
+):
+    """What a user of ``vllm serve``/``LLM`` sees: the message names the field."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(dspark_checkpoint),
+        dtype="float32",
+        max_model_len=256,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 3},
+    )
+    with pytest.raises(ValueError) as info:
+        args.create_engine_config()
+    text = str(info.value)
+    assert "num_speculative_tokens=3" in text and "dspark_block_size=4" in text
+
+
+def test_hook_is_installed_once_and_only_acts_on_spark2_5_dspark(registered):
+    from types import SimpleNamespace
+
+    from vllm.config.speculative import SpeculativeConfig
+
+    from vllm_spark2_5_plugin.dspark_config import (
+        _is_spark2_5_dspark,
+        install_speculative_config_hook,
+    )
+
+    wrapper = SpeculativeConfig.update_arch_
+    install_speculative_config_hook()
+    install_speculative_config_hook()
+    assert SpeculativeConfig.update_arch_ is wrapper
+    assert not getattr(wrapper.__wrapped__, "_spark2_5_dspark_hook", False)
+
+    def spec(method, model_type):
+        target = SimpleNamespace(hf_config=SimpleNamespace(model_type=model_type))
+        return SimpleNamespace(
+            method=method, target_model_config=target, draft_model_config=object()
+        )
+
+    assert _is_spark2_5_dspark(spec("dspark", "spark2_5"))
+    assert not _is_spark2_5_dspark(spec("dspark", "qwen3"))
+    assert not _is_spark2_5_dspark(spec("eagle3", "spark2_5"))

@@ -1,0 +1,141 @@
+"""End to end on a GPU: greedy output with DSpark equals output without it.
+
+Needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0 (DSpark runs only in
+vLLM's V2 GPU model runner); skipped everywhere else, including the CPU CI
+and the lent H200 machine, which has no vLLM. Run it with
+
+    pytest -m cuda tests/test_dspark_gpu_e2e.py
+
+By default it uses the tiny random checkpoint (float16, so the fixed-history
+Triton kernel runs); set ``SPARK2_5_DSPARK_CHECKPOINT=/path/to/ckpt`` (with
+``SPARK2_5_DSPARK_NUM_SPEC_TOKENS`` = its ``dspark_block_size``) to compare on a
+real Spark2_5 checkpoint with DSpark weights.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = [pytest.mark.cuda, pytest.mark.slow]
+
+
+def _gpu_vllm_available() -> bool:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        from vllm.platforms import current_platform
+
+        return current_platform.is_cuda()
+    except Exception:  # noqa: BLE001 - any import problem means "not available"
+        return False
+
+
+if not _gpu_vllm_available():
+    pytest.skip(
+        "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0", allow_module_level=True
+    )
+
+PROMPTS = [
+    [11, 45, 200, 7, 93, 310, 5, 64],
+    [3] * 40,
+    list(range(20, 120)),
+    [401, 17, 88, 17, 88, 17, 88, 250, 9],
+]
+MAX_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = os.environ.get("SPARK2_5_DSPARK_CHECKPOINT")
+    if path:
+        return path, int(os.environ.get("SPARK2_5_DSPARK_NUM_SPEC_TOKENS", "7"))
+    import torch
+
+    from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING
+    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+
+    tiny = make_tiny_checkpoint(
+        tmp_path_factory.mktemp("dspark-gpu"),
+        dtype=torch.float16,
+        dspark={
+            "dspark_layer_types": [SLIDING, FULL],
+            "dspark_markov_head_type": "rnn",
+            "dspark_enable_confidence_head": True,
+        },
+        dspark_prefix="mtp.",
+    )
+    return str(tiny), 4
+
+
+def _generate(path: str, speculative_config: dict | None) -> tuple[list, dict]:
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        path,
+        dtype="float16",
+        max_model_len=1024,
+        gpu_memory_utilization=0.35,
+        seed=0,
+        speculative_config=speculative_config,
+        disable_log_stats=False,
+    )
+    try:
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
+            SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True),
+            use_tqdm=False,
+        )
+        metrics = {m.name: m for m in llm.get_metrics()}
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    return [list(o.outputs[0].token_ids) for o in outputs], metrics
+
+
+def test_greedy_output_with_dspark_equals_output_without(checkpoint):
+    path, num_spec = checkpoint
+    baseline, _ = _generate(path, None)
+    drafted, metrics = _generate(
+        path, {"method": "dspark", "num_speculative_tokens": num_spec}
+    )
+    for prompt, want, got in zip(PROMPTS, baseline, drafted, strict=True):
+        assert got == want, f"prompt {prompt[:8]}...: {got} != {want}"
+    drafts = metrics.get("vllm:spec_decode_num_drafts")
+    if drafts is not None:
+        assert drafts.value > 0, "DSpark never drafted"
+
+
+def test_probabilistic_drafting_runs_at_temperature_one(checkpoint):
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    path, num_spec = checkpoint
+    llm = LLM(
+        path,
+        dtype="float16",
+        max_model_len=1024,
+        gpu_memory_utilization=0.35,
+        seed=0,
+        speculative_config={
+            "method": "dspark",
+            "num_speculative_tokens": num_spec,
+            "draft_sample_method": "probabilistic",
+        },
+    )
+    try:
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
+            SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1),
+            use_tqdm=False,
+        )
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    assert all(len(o.outputs[0].token_ids) > 0 for o in outputs)

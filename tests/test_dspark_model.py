@@ -1,0 +1,644 @@
+"""Spark2_5DSparkForCausalLM on CPU against the pure-PyTorch DSpark reference.
+
+vLLM 0.32 cannot run DSpark end to end on CPU (Model Runner V2 needs Triton),
+so these tests build the target and the draft the way the worker does --
+vLLM's real ``SpeculativeConfig`` (with the plugin's hook), a ``VllmConfig``, a
+single-process gloo "distributed" world, ``get_model`` with the default
+loader and its strict loaded-weights check, and the same embedding / LM-head
+sharing as ``load_dspark_model`` -- and then call the hooks vLLM's
+``DSparkSpeculator`` calls, in its order, with a paged KV cache laid out as
+vLLM lays it out and a forward context holding per-layer attention metadata.
+On CPU the draft's attention runs the PyTorch reference of the fixed-history
+kernel; the rest is the production code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vllm_spark2_5_plugin.dspark_reference import DSparkReference
+from vllm_spark2_5_plugin.reference import Spark2_5Reference, attention, causal_mask
+from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING
+
+BLOCK = 4  # TINY_DSPARK's dspark_block_size = num_speculative_tokens
+PAGE = 4  # KV-cache block size of the test caches
+NUM_PAGES = 24
+# float32 vLLM layers (oneDNN GEMMs on CPU) against the float64 reference.
+ATOL = 2e-4
+HIDDEN_TOL = 1e-3
+LOGIT_TOL = 1e-2
+
+CONFIGS = {
+    # default tiny draft: one sliding layer, vanilla head, under draft_model.*
+    "vanilla-sliding-draft_model": dict(dspark_prefix="draft_model.", dspark=True),
+    # rnn head + confidence head, hybrid sliding/full layers, q/k/v biases, mtp.*
+    "rnn-confidence-hybrid-mtp": dict(
+        dspark_prefix="mtp.",
+        dspark={
+            "dspark_markov_head_type": "rnn",
+            "dspark_enable_confidence_head": True,
+            "dspark_layer_types": [SLIDING, FULL],
+        },
+        attention_bias=True,
+    ),
+    # full layer first, a narrow draft window, model.mtp.*
+    "vanilla-full-sliding-model.mtp": dict(
+        dspark_prefix="model.mtp.",
+        dspark={"dspark_layer_types": [FULL, SLIDING], "dspark_sliding_window": 5},
+    ),
+}
+
+
+@dataclass
+class DraftMetadata:
+    """The fields of vLLM's FlashAttention/Triton metadata the draft reads."""
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+
+
+@dataclass
+class Built:
+    path: Path
+    vllm_config: object
+    spec_config: object
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    ref: DSparkReference
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A one-process gloo world, torn down after the module (others build LLMs)."""
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.distributed.parallel_state import (
+        cleanup_dist_env_and_memory,
+        model_parallel_is_initialized,
+    )
+
+    owned = not model_parallel_is_initialized()
+    if owned:
+        from vllm.utils.network_utils import get_open_port
+
+        with set_current_vllm_config(VllmConfig()):
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
+                backend="gloo",
+            )
+            initialize_model_parallel(1, 1)
+    yield
+    if owned:
+        cleanup_dist_env_and_memory()
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def built(request, world, tmp_path_factory) -> Built:
+    from vllm.config import (
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.model_loader import get_model
+    from vllm.v1.worker.gpu.spec_decode.eagle.utils import (
+        _should_share,
+        get_target_lm_head,
+        maybe_share_target_embed,
+    )
+
+    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(
+        tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
+    )
+    target_config = ModelConfig(
+        model=str(path), dtype="float32", max_model_len=256, enforce_eager=True
+    )
+    parallel = ParallelConfig()
+    spec = SpeculativeConfig(
+        method="dspark",
+        num_speculative_tokens=BLOCK,
+        target_model_config=target_config,
+        target_parallel_config=parallel,
+    )
+    # VllmConfig refuses DSpark on CPU ("Model Runner V1 does not support"), so
+    # the validated speculative config is attached afterwards.
+    vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
+    vllm_config.speculative_config = spec
+    with (
+        set_current_vllm_config(vllm_config),
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
+        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
+        target = get_model(vllm_config=vllm_config, model_config=target_config)
+        draft = get_model(vllm_config=vllm_config, model_config=spec.draft_model_config)
+    # The tail of vLLM's load_dspark_model: share the target's embed / LM head.
+    maybe_share_target_embed(draft, draft.model, target.model)
+    target_head = get_target_lm_head(target, target)
+    if _should_share(draft, "has_own_lm_head", draft.lm_head, target_head):
+        draft.lm_head = target_head
+    ref = DSparkReference.from_checkpoint(path)
+    return Built(path, vllm_config, spec, target, draft, ref)
+
+
+# ---------------------------------------------------------------------------
+# Helpers: paged caches and metadata as vLLM builds them
+# ---------------------------------------------------------------------------
+
+
+def bind_paged_caches(draft) -> list[torch.Tensor]:
+    """Give every draft layer a zeroed ``[B, nKV, N, 2D]`` cache (LBNHC order)."""
+    caches = []
+    for layer in draft.model.layers:
+        attn = layer.self_attn
+        raw = torch.zeros(NUM_PAGES, PAGE, attn.num_kv_heads, 2 * attn.head_dim)
+        kv_cache = raw.permute(0, 2, 1, 3)  # logical view, physical block-major
+        attn.attn.bind_kv_cache(kv_cache)
+        caches.append(kv_cache)
+    return caches
+
+
+def block_tables(context_lens: list[int]) -> torch.Tensor:
+    """Scrambled, non-overlapping page ids per request; page 0 is the null page."""
+    pages_per_req = math.ceil((max(context_lens) + BLOCK) / PAGE)
+    order = torch.randperm(NUM_PAGES - 1, generator=torch.Generator().manual_seed(0))
+    table = (order[: pages_per_req * len(context_lens)] + 1).view(
+        len(context_lens), pages_per_req
+    )
+    return table.to(torch.int32)
+
+
+def slots(table: torch.Tensor, req: int, positions: torch.Tensor) -> torch.Tensor:
+    return table[req].long()[positions // PAGE] * PAGE + positions % PAGE
+
+
+def read_cache(kv_cache, table, req, positions, head_dim):
+    k_cache, v_cache = kv_cache.transpose(1, 2).split(head_dim, dim=-1)
+    s = slots(table, req, positions)
+    return k_cache[s // PAGE, s % PAGE], v_cache[s // PAGE, s % PAGE]
+
+
+def aux_states(built: Built, length: int, seed: int) -> torch.Tensor:
+    h = built.draft.config.hidden_size
+    n = len(built.draft.settings.target_layer_ids)
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(length, n * h, generator=gen)
+
+
+def split_aux(aux: torch.Tensor, n: int) -> list[torch.Tensor]:
+    return list(aux.chunk(n, dim=-1))
+
+
+class DraftStep:
+    """One DSpark draft step for several requests, as the speculator runs it."""
+
+    def __init__(self, built: Built, context_lens: list[int], seed: int = 0):
+        self.built = built
+        self.draft = built.draft
+        self.context_lens = context_lens
+        self.caches = bind_paged_caches(self.draft)
+        self.table = block_tables(context_lens)
+        n_aux = len(self.draft.settings.target_layer_ids)
+        # Per request: its target aux states and combined features c.
+        self.aux = [aux_states(built, L, seed + r) for r, L in enumerate(context_lens)]
+        self.c_ref = [built.ref.combine(split_aux(a, n_aux)) for a in self.aux]
+
+    def store_context(self, per_layer: bool = True) -> torch.Tensor:
+        """combine_hidden_states + precompute_and_store_context_kv on all rows."""
+        with torch.inference_mode():
+            c = self.draft.combine_hidden_states(torch.cat(self.aux))
+        positions = torch.cat([torch.arange(L) for L in self.context_lens])
+        context_slots = torch.cat(
+            [
+                slots(self.table, r, torch.arange(L))
+                for r, L in enumerate(self.context_lens)
+            ]
+        )
+        num_layers = len(self.draft.model.layers)
+        slot_arg = [context_slots] * num_layers if per_layer else context_slots
+        with torch.inference_mode():
+            self.draft.precompute_and_store_context_kv(c, positions, slot_arg)
+        return c
+
+    def forward(self, block_ids: list[list[int]]) -> torch.Tensor:
+        """The block forward under a forward context with per-layer metadata."""
+        from vllm.forward_context import set_forward_context
+
+        lens = torch.tensor(self.context_lens)
+        qsl = torch.arange(len(block_ids) + 1, dtype=torch.int32) * BLOCK
+        positions = torch.cat([torch.arange(L, L + BLOCK) for L in self.context_lens])
+        query_slots = torch.cat(
+            [
+                slots(self.table, r, torch.arange(L, L + BLOCK))
+                for r, L in enumerate(self.context_lens)
+            ]
+        )
+        metadata = DraftMetadata(
+            query_start_loc=qsl,
+            seq_lens=(lens + BLOCK).to(torch.int32),
+            block_table=self.table,
+            slot_mapping=query_slots,
+        )
+        names = self.draft.get_draft_kv_cache_layer_names()
+        ids = torch.tensor([t for blk in block_ids for t in blk], dtype=torch.int32)
+        with (
+            torch.inference_mode(),
+            set_forward_context(
+                dict.fromkeys(names, metadata),
+                self.built.vllm_config,
+                slot_mapping=dict.fromkeys(names, query_slots),
+            ),
+        ):
+            return self.draft(input_ids=ids, positions=positions)
+
+    def block(self, anchor: int) -> list[int]:
+        return [anchor] + [self.draft.settings.noise_token_id] * (BLOCK - 1)
+
+
+# ---------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------
+
+
+def fresh_draft(built: Built, prefix: str):
+    """A new draft instance before vLLM's post-load processing.
+
+    (On CPU vLLM repacks linear weights after loading and empties
+    ``.weight``, so the loaded values are checked on an unprocessed twin; a
+    distinct prefix keeps its attention layer names unique.)
+    """
+    from vllm.config import set_current_vllm_config
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    from vllm_spark2_5_plugin.spark2_5_dspark import Spark2_5DSparkForCausalLM
+
+    with (
+        set_current_vllm_config(built.vllm_config),
+        set_default_torch_dtype(torch.float32),
+    ):
+        return Spark2_5DSparkForCausalLM(vllm_config=built.vllm_config, prefix=prefix)
+
+
+def test_weights_from_each_prefix_land_in_the_right_parameters(built: Built):
+    tensors = load_file(str(built.path / "model.safetensors"))
+    prefix = built.ref.prefix
+    draft = fresh_draft(built, "weights")
+    # The whole shared checkpoint goes through, as vLLM's loader streams it.
+    loaded = draft.load_weights(tensors.items())
+    params = dict(draft.named_parameters())
+    assert loaded == set(params)
+
+    def ckpt(name):
+        return tensors[prefix + name]
+
+    assert torch.equal(params["model.main_proj.weight"], ckpt("main_proj.weight"))
+    assert torch.equal(params["model.main_norm.weight"], ckpt("main_norm.weight"))
+    assert torch.equal(params["model.norm.weight"], ckpt("norm.weight"))
+    for name in ("markov_w1", "markov_w2"):
+        assert torch.equal(
+            params[f"model.markov_head.{name}.weight"],
+            ckpt(f"markov_head.{name}.weight"),
+        )
+    for j in range(len(draft.model.layers)):
+        p = f"layers.{j}."
+        qkv = torch.cat([ckpt(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
+        assert torch.equal(params[f"model.{p}self_attn.qkv_proj.weight"], qkv)
+        if draft.config.attention_bias:
+            bias = torch.cat([ckpt(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
+            assert torch.equal(params[f"model.{p}self_attn.qkv_proj.bias"], bias)
+        gate_up = torch.cat(
+            [ckpt(p + "mlp.gate_proj.weight"), ckpt(p + "mlp.up_proj.weight")]
+        )
+        assert torch.equal(params[f"model.{p}mlp.gate_up_proj.weight"], gate_up)
+        for name in (
+            "self_attn.g_proj.weight",
+            "self_attn.o_proj.weight",
+            "mlp.down_proj.weight",
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+        ):
+            assert torch.equal(params[f"model.{p}{name}"], ckpt(p + name)), name
+    settings = built.draft.settings
+    if settings.markov_head_type == "rnn":
+        assert torch.equal(
+            params["model.markov_head.rnn_proj.weight"],
+            ckpt("markov_head.rnn_proj.weight"),
+        )
+    if settings.enable_confidence_head:
+        for name in ("weight", "bias"):
+            assert torch.equal(
+                params[f"model.confidence_head.proj.{name}"],
+                ckpt(f"confidence_head.proj.{name}"),
+            )
+    else:
+        assert draft.model.confidence_head is None
+    # Target embedding and LM head are the target's own modules, not copies.
+    assert built.draft.model.embed_tokens is built.target.model.embed_tokens
+    assert built.draft.lm_head is built.target.lm_head
+
+
+def test_draft_attention_layers_are_named_after_the_target_layers(built: Built):
+    num_target = built.spec_config.target_model_config.get_total_num_hidden_layers()
+    names = built.draft.get_draft_kv_cache_layer_names()
+    assert names == [
+        f"model.layers.{num_target + j}.self_attn.attn"
+        for j in range(len(built.draft.model.layers))
+    ]
+    assert built.draft.get_draft_attn_causal() == [False] * len(names)
+    static = built.vllm_config.compilation_config.static_forward_context
+    assert all(
+        static[name] is layer.self_attn.attn
+        for name, layer in zip(names, built.draft.model.layers, strict=True)
+    )
+
+
+def test_missing_or_mixed_draft_weights_are_reported(built: Built):
+    tensors = load_file(str(built.path / "model.safetensors"))
+    prefix = built.ref.prefix
+    draft = fresh_draft(built, "strict")
+    partial = {n: t for n, t in tensors.items() if n != prefix + "main_norm.weight"}
+    with pytest.raises(ValueError, match=r"lacks DSpark draft weights .*main_norm"):
+        draft.load_weights(partial.items())
+    other = "mtp." if prefix != "mtp." else "draft_model."
+    mixed = {**tensors, other + "norm.weight": tensors[prefix + "norm.weight"]}
+    with pytest.raises(ValueError, match="several prefixes"):
+        draft.load_weights(mixed.items())
+    stray = {
+        **tensors,
+        prefix + "layers.7.mlp.up_proj.weight": tensors[prefix + "norm.weight"],
+    }
+    with pytest.raises(ValueError, match=r"layers\.7.*no matching parameter"):
+        draft.load_weights(stray.items())
+
+
+# ---------------------------------------------------------------------------
+# Math against the reference
+# ---------------------------------------------------------------------------
+
+
+def test_combine_hidden_states_matches_reference(built: Built):
+    aux = aux_states(built, 9, seed=11)
+    n = len(built.draft.settings.target_layer_ids)
+    with torch.inference_mode():
+        got = built.draft.combine_hidden_states(aux)
+    want = built.ref.combine(split_aux(aux, n))
+    torch.testing.assert_close(got.double(), want, atol=ATOL, rtol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "per_layer", [True, False], ids=["per-layer-slots", "shared-slots"]
+)
+def test_context_kv_lands_in_each_layers_paged_cache(built: Built, per_layer):
+    step = DraftStep(built, context_lens=[6, 19])
+    step.store_context(per_layer=per_layer)
+    for j, kv_cache in enumerate(step.caches):
+        head_dim = built.draft.model.layers[j].self_attn.head_dim
+        for r, L in enumerate(step.context_lens):
+            positions = torch.arange(L)
+            k, v = read_cache(kv_cache, step.table, r, positions, head_dim)
+            want_k, want_v = built.ref.context_kv(j, step.c_ref[r], positions)
+            torch.testing.assert_close(k.double(), want_k, atol=ATOL, rtol=ATOL)
+            torch.testing.assert_close(v.double(), want_v, atol=ATOL, rtol=ATOL)
+        # The null page and unused pages stay untouched.
+        used = set(step.table.flatten().tolist())
+        for page in set(range(NUM_PAGES)) - used:
+            assert not kv_cache[page].any(), page
+
+
+def test_context_kv_skips_padding_slots_and_dummy_runs(built: Built):
+    step = DraftStep(built, context_lens=[5])
+    c = step.c_ref[0].float()
+    positions = torch.arange(5)
+    pad = torch.full((5,), -1, dtype=torch.int64)
+    with torch.inference_mode():
+        built.draft.precompute_and_store_context_kv(c, positions, None)
+        built.draft.precompute_and_store_context_kv(c, positions, pad)
+        built.draft.precompute_and_store_context_kv(
+            c, positions, [None] * len(built.draft.model.layers)
+        )
+    assert all(not cache.any() for cache in step.caches)
+
+
+def test_block_forward_and_base_logits_match_reference(built: Built):
+    # Request 1 is longer than the draft window (16, or 5 for the narrow
+    # config), so sliding layers must drop its oldest context keys.
+    step = DraftStep(built, context_lens=[7, 22])
+    step.store_context()
+    anchors = [3, 101]
+    hidden = step.forward([step.block(a) for a in anchors])
+    with torch.inference_mode():
+        logits = built.draft.compute_draft_logits(hidden)
+    for r, anchor in enumerate(anchors):
+        rows = slice(r * BLOCK, (r + 1) * BLOCK)
+        want = built.ref.block_hidden(step.c_ref[r], step.block(anchor))
+        torch.testing.assert_close(
+            hidden[rows].double(), want, atol=HIDDEN_TOL, rtol=HIDDEN_TOL
+        )
+        torch.testing.assert_close(
+            logits[rows].double(),
+            built.ref.base_logits(want),
+            atol=LOGIT_TOL,
+            rtol=HIDDEN_TOL,
+        )
+    # The tolerance still tells a one-off window apart.
+    if SLIDING in built.draft.settings.layer_types:
+        window = built.ref.config.sliding_window
+        built.ref.config.sliding_window = window + 1
+        try:
+            off_by_one = built.ref.block_hidden(step.c_ref[1], step.block(anchors[1]))
+        finally:
+            built.ref.config.sliding_window = window
+        assert (hidden[BLOCK:].double() - off_by_one).abs().max() > 20 * HIDDEN_TOL
+    # The block's own K/V were written at the query positions.
+    for j, kv_cache in enumerate(step.caches):
+        head_dim = built.draft.model.layers[j].self_attn.head_dim
+        k, _ = read_cache(
+            kv_cache, step.table, 1, torch.arange(22, 22 + BLOCK), head_dim
+        )
+        assert k.abs().sum() > 0
+
+
+def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):
+    """Every block query sees exactly positions L-W .. L+B-1 of the context."""
+    if built.draft.settings.layer_types != (SLIDING,):
+        pytest.skip("checked on the all-sliding draft")
+    window = built.draft.settings.sliding_window
+    L = window + 6
+    step = DraftStep(built, context_lens=[L])
+    step.store_context()
+    ids = [step.block(5)]
+    before = step.forward(ids).clone()
+    # Overwrite keys the sliding layer must not see (positions < L - W).
+    kv_cache = step.caches[0]
+    head_dim = built.draft.model.layers[0].self_attn.head_dim
+    k_cache, v_cache = kv_cache.transpose(1, 2).split(head_dim, dim=-1)
+    s = slots(step.table, 0, torch.arange(L - window))
+    k_cache[s // PAGE, s % PAGE] = 1e3
+    v_cache[s // PAGE, s % PAGE] = 1e3
+    after = step.forward(ids).clone()
+    torch.testing.assert_close(after, before)
+    # ... while the oldest position inside the window is read.
+    s = slots(step.table, 0, torch.tensor([L - window]))
+    k_cache[s // PAGE, s % PAGE] = 1e3
+    assert not torch.allclose(step.forward(ids), before)
+
+
+def run_sequential_markov(built: Built, hidden: torch.Tensor, anchors: list[int]):
+    """DSparkSpeculator._sample_sequential, greedy, with the model's hooks."""
+    draft = built.draft
+    num_reqs = len(anchors)
+    with torch.inference_mode():
+        base = draft.compute_draft_logits(hidden).view(num_reqs, BLOCK, -1)
+        # The speculator reads the anchor from the int32 input-ids buffer.
+        prev = torch.tensor(anchors, dtype=torch.int32)
+        tokens, embeds, logits = [], [], []
+        for i in range(BLOCK):
+            e = draft.markov_embed(prev)
+            row = base[:, i] + draft.markov_bias(e)
+            prev = row.argmax(dim=-1)  # int64 from here on, like the speculator
+            tokens.append(prev)
+            embeds.append(e.clone())
+            logits.append(row)
+        confidence = None
+        if draft.model.confidence_head is not None:
+            confidence = draft.compute_confidence(
+                hidden, torch.stack(embeds, dim=1).flatten(0, 1)
+            ).view(num_reqs, BLOCK)
+    return (
+        torch.stack(tokens, dim=1),
+        torch.stack(embeds, dim=1),
+        torch.stack(logits, dim=1),
+        confidence,
+    )
+
+
+def test_markov_heads_and_confidence_over_a_block_match_reference(built: Built):
+    step = DraftStep(built, context_lens=[9, 14])
+    step.store_context()
+    anchors = [42, 7]
+    hidden = step.forward([step.block(a) for a in anchors])
+    tokens, embeds, logits, confidence = run_sequential_markov(built, hidden, anchors)
+    for r, anchor in enumerate(anchors):
+        want = built.ref.draft(step.c_ref[r], anchor, BLOCK)
+        assert tokens[r].tolist() == want.tokens
+        torch.testing.assert_close(
+            embeds[r].double(), want.markov_embeds, atol=HIDDEN_TOL, rtol=HIDDEN_TOL
+        )
+        torch.testing.assert_close(
+            logits[r].double(), want.logits, atol=LOGIT_TOL, rtol=HIDDEN_TOL
+        )
+        if want.confidence is None:
+            assert confidence is None
+        else:
+            torch.testing.assert_close(
+                confidence[r].double(),
+                want.confidence,
+                atol=HIDDEN_TOL,
+                rtol=HIDDEN_TOL,
+            )
+    # Markov biases alone, whole block, against the reference formula.
+    with torch.inference_mode():
+        bias = built.draft.markov_bias(embeds.flatten(0, 1))
+    torch.testing.assert_close(
+        bias.double(),
+        built.ref.markov_bias(embeds.flatten(0, 1).double()),
+        atol=ATOL,
+        rtol=ATOL,
+    )
+
+
+def test_markov_state_restarts_at_every_draft_step(built: Built):
+    step = DraftStep(built, context_lens=[8])
+    step.store_context()
+    ids = [step.block(11)]
+    first = run_sequential_markov(built, step.forward(ids), [11])
+    second = run_sequential_markov(built, step.forward(ids), [11])
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    if built.draft.settings.markov_head_type == "rnn":
+        # Without the forward's reset the rnn state would carry over.
+        carried = run_sequential_markov(built, step.forward(ids).clone(), [11])
+        with torch.inference_mode():
+            continued = built.draft.markov_embed(torch.tensor([11], dtype=torch.int32))
+        assert not torch.allclose(continued, carried[1][:, 0])
+        built.draft.reset_markov_state()
+        with torch.inference_mode():
+            fresh = built.draft.markov_embed(torch.tensor([11], dtype=torch.int32))
+        torch.testing.assert_close(fresh, carried[1][:, 0])
+
+
+# ---------------------------------------------------------------------------
+# Target side: the aux hidden states DSpark consumes
+# ---------------------------------------------------------------------------
+
+
+def test_target_aux_states_are_outputs_of_the_configured_layers(built: Built):
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+        set_eagle3_aux_hidden_state_layers,
+    )
+
+    ids_list = [5, 77, 300, 12, 9, 41, 250, 8, 19, 64, 3, 99, 120, 7, 88, 200]
+    ids_list += [31, 2, 17, 45]
+    settings = built.draft.settings
+    assert get_eagle3_aux_layers_from_config(built.spec_config) == tuple(
+        i + 1 for i in settings.target_layer_ids
+    )
+    target = built.target
+    set_eagle3_aux_hidden_state_layers(target, built.spec_config)
+    config = target.config
+    positions = torch.arange(len(ids_list))
+
+    # Replace only the attention kernel (vLLM's CPU backend needs the engine)
+    # by a dense causal reference; everything else is the vLLM target model.
+    def reference_attention(layer_type):
+        window = config.sliding_window if layer_type == SLIDING else None
+
+        def forward(q, k, v):
+            d = config.head_dim
+            out = attention(
+                q.view(len(ids_list), -1, d),
+                k.view(len(ids_list), -1, d),
+                v.view(len(ids_list), -1, d),
+                causal_mask(positions, window),
+            )
+            return out.reshape(len(ids_list), -1)
+
+        return forward
+
+    with pytest.MonkeyPatch.context() as mp:
+        for layer in target.model.layers:
+            attn = layer.self_attn
+            mp.setattr(attn.attn, "forward", reference_attention(attn.layer_type))
+        with torch.inference_mode():
+            out = target(torch.tensor(ids_list), positions)
+    assert isinstance(out, tuple)
+    _, aux = out
+    stream = Spark2_5Reference.from_checkpoint(built.path).residual_stream(ids_list)
+    assert len(aux) == len(settings.target_layer_ids)
+    for got, i in zip(aux, settings.target_layer_ids, strict=True):
+        scale = stream[i + 1].abs().max()
+        torch.testing.assert_close(
+            got.double(), stream[i + 1], atol=1e-3 * scale, rtol=1e-3
+        )
+        # Not the stream entering layer i (the off-by-one this guards against).
+        assert (got.double() - stream[i]).abs().max() > 0.05 * scale
