@@ -207,10 +207,15 @@ def make_tiny_checkpoint(
                 f"dspark_prefix must be one of {list(DSPARK_PREFIXES)}, got "
                 f"{dspark_prefix!r}"
             )
+        from .dspark_config import DSPARK_ALIASES
+
+        # Accept the alias spellings too, as the plugin does for config.json.
+        canonical = {alias: name for name, alias in DSPARK_ALIASES.items()}
+        chosen = dspark if isinstance(dspark, dict) else {}
         fields = {
             **TINY_DSPARK,
             "dspark_noise_token_id": tokenizer.convert_tokens_to_ids(NOISE_TOKEN),
-            **(dspark if isinstance(dspark, dict) else {}),
+            **{canonical.get(key, key): value for key, value in chosen.items()},
             **fields,
         }
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
