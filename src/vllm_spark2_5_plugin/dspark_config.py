@@ -28,10 +28,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from . import DRAFT_ARCH, MODEL_TYPE
 from .spark2_5_config import FULL, LAYER_TYPES, SLIDING
 
-MODEL_TYPE = "spark2_5"
-DRAFT_ARCH = "Spark2_5DSparkForCausalLM"
 DSPARK_METHOD = "dspark"
 MARKOV_HEAD_TYPES = ("vanilla", "rnn")
 

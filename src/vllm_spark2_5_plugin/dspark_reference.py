@@ -24,7 +24,6 @@ tokens ``[anchor, noise, ...]`` at positions ``L .. L+B-1``::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,15 @@ from typing import Any
 
 import torch
 
-from .reference import FULL, SLIDING, apply_rope, attention, gelu, rms_norm
+from .reference import (
+    FULL,
+    SLIDING,
+    apply_rope,
+    attention,
+    gelu,
+    read_checkpoint,
+    rms_norm,
+)
 
 PREFIXES = ("draft_model.", "mtp.", "model.mtp.")
 _ALIASES = {
@@ -142,14 +149,7 @@ class DSparkReference:
     def from_checkpoint(
         cls, path: str | Path, dtype: torch.dtype = torch.float64
     ) -> DSparkReference:
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        config = json.loads((path / "config.json").read_text())
-        weights: dict[str, torch.Tensor] = {}
-        for shard in sorted(path.glob("*.safetensors")):
-            weights.update(load_file(str(shard)))
-        return cls(config, weights, dtype)
+        return cls(*read_checkpoint(path), dtype)
 
     # -- weights ---------------------------------------------------------------
 

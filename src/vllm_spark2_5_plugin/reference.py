@@ -90,6 +90,18 @@ def causal_mask(positions: torch.Tensor, window: int | None) -> torch.Tensor:
     return visible
 
 
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``config.json`` as a dict and every safetensors tensor of a checkpoint."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    weights: dict[str, torch.Tensor] = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        weights.update(load_file(str(shard)))
+    return config, weights
+
+
 @dataclass
 class ReferenceConfig:
     hidden_size: int
@@ -196,14 +208,7 @@ class Spark2_5Reference:
     def from_checkpoint(
         cls, path: str | Path, dtype: torch.dtype = torch.float64
     ) -> Spark2_5Reference:
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        config = json.loads((path / "config.json").read_text())
-        weights: dict[str, torch.Tensor] = {}
-        for shard in sorted(path.glob("*.safetensors")):
-            weights.update(load_file(str(shard)))
-        return cls(config, weights, dtype)
+        return cls(*read_checkpoint(path), dtype)
 
     @property
     def lm_head(self) -> torch.Tensor:

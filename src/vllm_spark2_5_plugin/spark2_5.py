@@ -202,6 +202,11 @@ class Spark2_5Attention(nn.Module):
 
 
 class Spark2_5DecoderLayer(nn.Module):
+    """Pre-norm layer: ``h += attn(norm(h))``, then ``h += mlp(norm(h))``."""
+
+    # The DSpark draft reuses this layer with its own attention.
+    attention_cls: type[Spark2_5Attention] = Spark2_5Attention
+
     def __init__(
         self,
         config: Spark2_5Config,
@@ -212,7 +217,7 @@ class Spark2_5DecoderLayer(nn.Module):
         prefix: str = "",
     ) -> None:
         super().__init__()
-        self.self_attn = Spark2_5Attention(
+        self.self_attn = self.attention_cls(
             config,
             layer_type,
             sliding_window,

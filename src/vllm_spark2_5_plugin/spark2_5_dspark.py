@@ -44,7 +44,7 @@ from .spark2_5 import (
     DRAFT_WEIGHT_PREFIXES,
     STACKED_PROJECTIONS,
     Spark2_5Attention,
-    Spark2_5MLP,
+    Spark2_5DecoderLayer,
 )
 from .spark2_5_config import FULL, SLIDING, Spark2_5Config
 
@@ -333,53 +333,10 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         return out.view(num_tokens, -1)
 
 
-class Spark2_5DSparkDecoderLayer(nn.Module):
+class Spark2_5DSparkDecoderLayer(Spark2_5DecoderLayer):
     """A Spark2_5 decoder layer (same weights, same math) with DSpark attention."""
 
-    def __init__(
-        self,
-        config: Spark2_5Config,
-        layer_type: str,
-        sliding_window: int,
-        cache_config: CacheConfig | None = None,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
-        super().__init__()
-        self.self_attn = Spark2_5DSparkAttention(
-            config,
-            layer_type,
-            sliding_window,
-            cache_config=cache_config,
-            quant_config=quant_config,
-            prefix=f"{prefix}.self_attn",
-        )
-        self.mlp = Spark2_5MLP(
-            config.hidden_size,
-            config.intermediate_size,
-            config.hidden_act,
-            quant_config=quant_config,
-            prefix=f"{prefix}.mlp",
-        )
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(
-            config.hidden_size, eps=config.rms_norm_eps
-        )
-
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden_states: torch.Tensor,
-        residual: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions, hidden_states)
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+    attention_cls = Spark2_5DSparkAttention
 
 
 # ---------------------------------------------------------------------------
