@@ -175,14 +175,46 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-SWEEP = [  # compiler-pipelined loads (num_stages > 1) ...
-    dict(BLOCK_N=bn, num_warps=4, num_stages=ns, MANUAL_PREFETCH=False)
-    for bn, ns in ((64, 3), (128, 2), (128, 3), (256, 2))
-] + [  # ... and the hand-pipelined loop (num_stages=1)
-    dict(BLOCK_N=bn, num_warps=nw, num_stages=1, MANUAL_PREFETCH=True)
-    for bn in (32, 64, 128)
-    for nw in (4, 8)
-]
+def sweep_grid(block_m, head_dim):
+    """Configs to time: block-table loads through inline PTX (ASM_PAGE_LOAD,
+    so the compiler pipelines K/V num_stages - 1 tiles ahead) at several tile
+    sizes and depths, plus the earlier plain-load/hand-pipelined configs."""
+    grid = []
+    if block_m >= 128:
+        tiles = (
+            (32, 4, 4),
+            (64, 4, 3),
+            (64, 4, 4),
+            (64, 8, 3),
+            (64, 8, 4),
+            (128, 8, 3),
+        )
+        grid.append(dict(BLOCK_N=32, num_warps=4, num_stages=1, MANUAL_PREFETCH=True))
+    elif head_dim <= 64:
+        tiles = ((64, 4, 4), (128, 4, 3), (128, 4, 4), (128, 8, 3), (256, 4, 3))
+        grid.append(dict(BLOCK_N=128, num_warps=4, num_stages=3, MANUAL_PREFETCH=False))
+    else:
+        tiles = (
+            (32, 4, 6),
+            (64, 4, 3),
+            (64, 4, 4),
+            (64, 4, 5),
+            (128, 4, 3),
+            (128, 8, 3),
+            (128, 4, 4),
+        )
+        grid.append(dict(BLOCK_N=128, num_warps=4, num_stages=2, MANUAL_PREFETCH=False))
+    for bn, nw, ns in tiles:
+        grid.append(
+            dict(
+                BLOCK_N=bn,
+                num_warps=nw,
+                num_stages=ns,
+                MANUAL_PREFETCH=False,
+                ASM_PAGE_LOAD=True,
+            )
+        )
+    return grid
 
 
 def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
@@ -192,9 +224,7 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
     results = []
 
     def try_cfg(cfg):
-        if cfg["BLOCK_N"] * D > 256 * 128 or (
-            cfg["BLOCK_N"] * D > 128 * 128 and cfg["num_stages"] > 2
-        ):
+        if cfg["BLOCK_N"] * D > 256 * 128:
             return
         try:
             fn = lambda: sta._launch(q, k, v, bt, ctx, qsl, W, scale, out, **cfg)  # noqa: E731
@@ -205,7 +235,7 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
             return
         results.append((t, cfg))
 
-    for c in SWEEP:
+    for c in sweep_grid(base["BLOCK_M"], D):
         try_cfg(dict(base, **c))
     results.sort(key=lambda x: x[0])
     if results:
@@ -217,13 +247,13 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
         }:
             if s != best["NUM_SPLITS"]:
                 try_cfg(dict(best, NUM_SPLITS=s))
-        if base["BLOCK_Q"] > 1:  # fewer rows per tile, several query passes
+        if base["BLOCK_M"] >= 128:  # fewer rows per tile, several query passes
             bq = base["BLOCK_Q"] // 2
             bm = max(16, sta._next_pow2(bq * (nH // nKV)))
             try_cfg(dict(best, BLOCK_Q=bq, BLOCK_M=bm))
     results.sort(key=lambda x: x[0])
-    for t, cfg in results[:6]:
-        print(f"    sweep {t:9.1f} us  {cfg}")
+    for t, cfg in results[:8]:
+        print(f"    sweep {t:9.1f} us  {cfg}", flush=True)
     return results
 
 

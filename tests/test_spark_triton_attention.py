@@ -683,17 +683,18 @@ if not _IN_CHILD:
 
     @pytest.mark.cuda
     @_no_cuda
-    @pytest.mark.parametrize("manual_prefetch", [False, True])
+    @pytest.mark.parametrize("loads", ["pipelined", "manual", "asm_pages"])
     @pytest.mark.parametrize("num_splits", [1, 2, 8])
-    def test_cuda_split_path_with_strided_q(num_splits, manual_prefetch):
+    def test_cuda_split_path_with_strided_q(num_splits, loads):
         config = dict(
             BLOCK_Q=8,
             BLOCK_M=32,
             BLOCK_N=64,
             NUM_SPLITS=num_splits,
             num_warps=4,
-            num_stages=3,
-            MANUAL_PREFETCH=manual_prefetch,
+            num_stages=4 if loads == "asm_pages" else 3,
+            MANUAL_PREFETCH=loads == "manual",
+            ASM_PAGE_LOAD=loads == "asm_pages",
         )
         _run_and_check(
             [5000, 0, 130],
@@ -708,6 +709,39 @@ if not _IN_CHILD:
             config=config,
             strided_q=True,
             extra_rows=2,
+        )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize(
+        "block_n,num_warps,num_stages", [(32, 4, 4), (64, 8, 3), (128, 4, 3)]
+    )
+    def test_cuda_block_table_loads_in_ptx(block_n, num_warps, num_stages):
+        # ASM_PAGE_LOAD: page ids through inline PTX (clamped index), K/V
+        # pipelined num_stages - 1 tiles ahead; 128-row tiles, uneven splits,
+        # windows that end mid-tile, L < W and an empty request.
+        config = dict(
+            BLOCK_Q=16,
+            BLOCK_M=128,
+            BLOCK_N=block_n,
+            NUM_SPLITS=4,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            MANUAL_PREFETCH=False,
+            ASM_PAGE_LOAD=True,
+        )
+        _run_and_check(
+            [3000, 0, 777, 9, 40],
+            [16, 7, 16, 0, 20],
+            1000,
+            num_heads=32,
+            num_kv_heads=4,
+            head_dim=128,
+            page_size=16,
+            dtype=torch.bfloat16,
+            device="cuda",
+            config=config,
+            extra_rows=3,
         )
 
     @pytest.mark.cuda

@@ -23,9 +23,13 @@ max, exp-sum, unnormalised output) a second kernel merges. The grid is sized
 from static bounds only (no host synchronisation), so the launch can be
 captured in a CUDA graph; splits that receive no keys simply write an empty
 partial. Key tiles are loaded either through Triton's software pipeliner
-(``num_stages`` > 1) or, for tall 128-row tiles, through a hand-written
-prefetch loop (``MANUAL_PREFETCH``); ``_launch_config`` picks tiles, warps and
-splits from host-side values (tuned on an H200, see
+(``num_stages`` > 1) or through a hand-written prefetch loop
+(``MANUAL_PREFETCH``). Triton 3.6 pipelines a load whose address comes from
+another load in the loop (K/V through the block table) only one tile ahead;
+with ``ASM_PAGE_LOAD`` the page ids are read with inline PTX, which the
+pipeliner does not treat as a load, so the K/V tiles go ``num_stages - 1``
+tiles ahead. ``_launch_config`` picks tiles, warps, splits and the page-id
+load from host-side values (tuned on an H200, see
 ``benchmarks/fixed_history_attention_h200.md``).
 
 Grid limits: at most 65535 requests per launch (grid y-dim).
@@ -57,6 +61,31 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _load_page_ids(
+    bt_row, pos, split_hi, PAGE_SIZE: tl.constexpr, ASM_PAGE_LOAD: tl.constexpr
+):
+    """Page ids of cache positions ``pos``; positions at or past split_hi
+    give an unused but valid page id (the index is clamped to split_hi - 1,
+    which is inside the block table whenever the key loop runs)."""
+    if ASM_PAGE_LOAD:
+        # A plain PTX load: Triton's pipeliner does not see it as a load, so
+        # the K/V loads that depend on it are not "indirect" to it and get
+        # pipelined num_stages - 1 tiles ahead (an indirect load only one).
+        idx = tl.minimum(pos, split_hi - 1) // PAGE_SIZE
+        page = tl.inline_asm_elementwise(
+            "ld.global.nc.b32 $0, [$1];",
+            "=r,l",
+            [bt_row + idx],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        page = tl.load(bt_row + pos // PAGE_SIZE, mask=pos < split_hi, other=0)
+    return page
+
+
+@triton.jit
 def _load_kv_tile(
     bt_row,
     k_head,
@@ -69,10 +98,11 @@ def _load_kv_tile(
     stride_v_blk,
     stride_v_slot,
     PAGE_SIZE: tl.constexpr,
+    ASM_PAGE_LOAD: tl.constexpr = False,
 ):
     """K and V rows of cache positions ``pos`` (masked beyond split_hi)."""
     key_ok = pos < split_hi
-    page = tl.load(bt_row + pos // PAGE_SIZE, mask=key_ok, other=0)
+    page = _load_page_ids(bt_row, pos, split_hi, PAGE_SIZE, ASM_PAGE_LOAD)
     slot = pos % PAGE_SIZE
     k_row = page.to(tl.int64) * stride_k_blk + slot * stride_k_slot
     v_row = page.to(tl.int64) * stride_v_blk + slot * stride_v_slot
@@ -137,6 +167,7 @@ def _fixed_history_attn_kernel(
     NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     MANUAL_PREFETCH: tl.constexpr,  # hand-pipelined loads (num_stages=1)
+    ASM_PAGE_LOAD: tl.constexpr,  # block-table loads hidden from the pipeliner
 ):
     # KV heads vary fastest in launch order: the programs that run side by side
     # read the same cache pages (the heads of one slot are adjacent in vLLM's
@@ -268,6 +299,7 @@ def _fixed_history_attn_kernel(
                     stride_v_blk,
                     stride_v_slot,
                     PAGE_SIZE,
+                    ASM_PAGE_LOAD,
                 )
                 m_i, l_i, acc = _online_softmax_step(
                     q_tile,
@@ -520,10 +552,12 @@ def _launch_config(
 ):
     """Tile sizes and split count chosen from host-side (static) values only.
 
-    Tuned on an H200 (benchmarks/fixed_history_attention_h200.md): large key
-    tiles with compiler-pipelined loads for the usual 16..64 rows per tile; for
-    128-row tiles (e.g. 16 queries x 8 heads per KV head) small key tiles with
-    the hand-pipelined loop; splits only until ~3.5 programs per SM.
+    Tuned on an H200 (benchmarks/fixed_history_attention_h200.md): for
+    D >= 128 with up to 64 rows per tile, 128-key tiles with plain
+    compiler-pipelined loads (one tile ahead); for 128-row tiles (e.g. 16
+    queries x 8 heads per KV head) and for D <= 64 with up to 32 rows, smaller
+    key tiles pipelined 3 tiles ahead through ASM_PAGE_LOAD. Splits until ~3.5
+    programs per SM (~1 per SM for 128-row tiles).
     """
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -531,20 +565,25 @@ def _launch_config(
     while block_q > 1 and block_q * group > max_rows:
         block_q //= 2
     block_m = max(16, _next_pow2(block_q * group))
-    manual = False
+    manual = asm = False
+    target = int(3.5 * _sm_count(device))
     if block_m >= 128:
-        block_n, num_warps, num_stages, manual = 32, 4, 1, True
+        # Page ids through inline PTX so K/V are pipelined 3 tiles ahead;
+        # about one (2-CTA) wave: more splits only add partials to merge.
+        block_n, num_warps, num_stages, asm = 32, 4, 4, True
+        target = _sm_count(device)
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
+    elif block_m <= 32:
+        block_n, num_warps, num_stages, asm = 64, 4, 4, True
     else:
-        block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 3
+        block_n, num_warps, num_stages = 128, 8, 3
 
     # Enough programs to fill the GPU, but keep each split at least a few key
     # tiles long (estimated from static bounds).
     est_span = min(max_kv, (window if window is not None else max_kv) + avg_q)
-    target = int(3.5 * _sm_count(device))
     splits = 1
     pairs = max(1, num_reqs * num_kv_heads)
     while (
@@ -561,6 +600,7 @@ def _launch_config(
         num_warps=num_warps,
         num_stages=num_stages,
         MANUAL_PREFETCH=manual,
+        ASM_PAGE_LOAD=asm,
     )
 
 
@@ -672,8 +712,11 @@ def _launch(
     num_warps,
     num_stages,
     MANUAL_PREFETCH=False,
+    ASM_PAGE_LOAD=False,
 ):
     """Launch with an explicit configuration (arguments already validated)."""
+    if _interpreting():
+        ASM_PAGE_LOAD = False  # the interpreter cannot run inline PTX
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
@@ -730,6 +773,7 @@ def _launch(
         NUM_SPLITS=NUM_SPLITS,
         HAS_WINDOW=window is not None,
         MANUAL_PREFETCH=MANUAL_PREFETCH,
+        ASM_PAGE_LOAD=bool(ASM_PAGE_LOAD) and not MANUAL_PREFETCH,
         num_warps=num_warps,
         num_stages=1 if MANUAL_PREFETCH else num_stages,
     )
