@@ -592,6 +592,8 @@ def _launch_config(
         and splits < 64
     ):
         splits *= 2
+    # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch).
+    asm = asm and torch.version.hip is None
     return dict(
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
