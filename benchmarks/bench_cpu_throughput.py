@@ -89,7 +89,18 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     )
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(spark / name, llama / name)
-    return {"Spark2_5ForCausalLM": spark, "LlamaForCausalLM (in-tree)": llama}
+    # Diagnostic: the same Spark2_5 without the head gate, to show its share.
+    no_gate = make_tiny_checkpoint(
+        root / "spark2_5-nogate",
+        dtype=torch.bfloat16,
+        attention_output_gate=False,
+        **SHAPES,
+    )
+    return {
+        "Spark2_5ForCausalLM": spark,
+        "LlamaForCausalLM (in-tree)": llama,
+        "Spark2_5ForCausalLM, gate off (diagnostic)": no_gate,
+    }
 
 
 def run(path: Path) -> dict:
@@ -135,17 +146,20 @@ def main() -> None:
         f"{OUTPUT_LEN} output tokens each, {args.rounds} alternating rounds"
     )
     print()
-    print("| model | output tok/s (median) | runs |")
-    print("|---|---:|---|")
-    medians = {}
+    print("| model | output tok/s, median | best | runs |")
+    print("|---|---:|---:|---|")
+    medians, best = {}, {}
     for name, values in samples.items():
-        medians[name] = statistics.median(values)
+        medians[name], best[name] = statistics.median(values), max(values)
         runs = ", ".join(f"{v:.1f}" for v in values)
-        print(f"| {name} | {medians[name]:.1f} | {runs} |")
-    spark, llama = medians.values()
-    ratio = spark / llama
+        print(f"| {name} | {medians[name]:.1f} | {best[name]:.1f} | {runs} |")
+    spark, llama = list(samples)[:2]
+    ratio = medians[spark] / medians[llama]
     verdict = "met" if ratio >= 0.95 else "missed"
-    print(f"\nSpark2_5 / Llama = {ratio:.3f} (goal >= 0.95: {verdict})")
+    print(
+        f"\nSpark2_5 / Llama = {ratio:.3f} by median (goal >= 0.95: {verdict}), "
+        f"{best[spark] / best[llama]:.3f} by best run"
+    )
 
 
 if __name__ == "__main__":
