@@ -32,12 +32,12 @@ from typing import Any
 import torch
 
 from .reference import (
-    FULL,
     SLIDING,
     apply_rope,
     attention,
     gelu,
     read_checkpoint,
+    resolve_rope_parameters,
     rms_norm,
 )
 
@@ -82,17 +82,6 @@ class DSparkReferenceConfig:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> DSparkReferenceConfig:
-        defaults = {SLIDING: 1e4, FULL: 1e6}
-        params = raw.get("rope_parameters") or {}
-        if any(key in params for key in defaults):
-            rope = {t: dict(params.get(t) or {}) for t in defaults}
-        else:
-            rope = {t: dict(params) for t in defaults}
-        for layer_type, entry in rope.items():
-            entry.setdefault("rope_type", "default")
-            entry.setdefault(
-                "rope_theta", raw.get("rope_theta") or defaults[layer_type]
-            )
         return cls(
             hidden_size=raw["hidden_size"],
             num_attention_heads=raw["num_attention_heads"],
@@ -100,7 +89,7 @@ class DSparkReferenceConfig:
             head_dim=raw["head_dim"],
             hidden_act=raw.get("hidden_act", "gelu_pytorch_tanh"),
             rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-            rope_parameters=rope,
+            rope_parameters=resolve_rope_parameters(raw),
             attention_output_gate=raw.get("attention_output_gate", True),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
             target_layer_ids=list(_field(raw, "dspark_target_layer_ids")),

@@ -102,6 +102,24 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.T
     return config, weights
 
 
+def resolve_rope_parameters(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """RoPE settings per layer type from any SPEC §3 spelling in config.json.
+
+    Per-type dicts, a flat dict for both types, or the legacy top-level
+    ``rope_theta``/``rope_scaling``; a missing theta gets the type's default.
+    """
+    defaults = {SLIDING: 1e4, FULL: 1e6}
+    params = raw.get("rope_parameters") or raw.get("rope_scaling")
+    if params and any(key in params for key in defaults):
+        per_type = {t: dict(params.get(t) or {}) for t in defaults}
+    else:
+        per_type = {t: dict(params or {}) for t in defaults}
+    for layer_type, entry in per_type.items():
+        entry.setdefault("rope_type", entry.get("type", "default"))
+        entry.setdefault("rope_theta", raw.get("rope_theta") or defaults[layer_type])
+    return per_type
+
+
 @dataclass
 class ReferenceConfig:
     hidden_size: int
@@ -123,17 +141,6 @@ class ReferenceConfig:
         layer_types = raw.get("layer_types") or [
             FULL if i % 4 == 3 else SLIDING for i in range(n_layers)
         ]
-        defaults = {SLIDING: 1e4, FULL: 1e6}
-        params = raw.get("rope_parameters") or raw.get("rope_scaling")
-        if params and any(key in params for key in defaults):
-            per_type = {t: dict(params.get(t) or {}) for t in defaults}
-        else:
-            per_type = {t: dict(params or {}) for t in defaults}
-        for layer_type, entry in per_type.items():
-            entry.setdefault("rope_type", entry.get("type", "default"))
-            entry.setdefault(
-                "rope_theta", raw.get("rope_theta") or defaults[layer_type]
-            )
         return cls(
             hidden_size=raw["hidden_size"],
             num_attention_heads=raw["num_attention_heads"],
@@ -143,7 +150,7 @@ class ReferenceConfig:
             rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
             sliding_window=raw.get("sliding_window", 4096),
             layer_types=list(layer_types),
-            rope_parameters=per_type,
+            rope_parameters=resolve_rope_parameters(raw),
             attention_output_gate=raw.get("attention_output_gate", True),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
         )
