@@ -184,29 +184,19 @@ def test_multiprocess_engine_discovers_plugin_through_entry_point(
 
 
 @pytest.mark.slow
-def test_tensor_parallel_2_gives_the_same_tokens(
-    tiny_checkpoint, prompt_ids, reference_tokens
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        pytest.param(dict(tensor_parallel_size=2, enforce_eager=True), id="TP2"),
+        # The CPU runner needs compiled mode for PP (ENVIRONMENT.md).
+        pytest.param(dict(pipeline_parallel_size=2, enforce_eager=False), id="PP2"),
+    ],
+)
+def test_two_way_parallelism_gives_the_same_tokens(
+    parallel, tiny_checkpoint, prompt_ids, reference_tokens
 ):
+    # One OpenMP thread per rank; the default binding fails on this 2-core VM.
     tokens, _ = run_engine(
-        tiny_checkpoint,
-        prompt_ids,
-        {"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-        enforce_eager=True,
-        tensor_parallel_size=2,
-    )
-    assert tokens == reference_tokens
-
-
-@pytest.mark.slow
-def test_pipeline_parallel_2_gives_the_same_tokens(
-    tiny_checkpoint, prompt_ids, reference_tokens
-):
-    # The CPU runner needs compiled mode for PP (ENVIRONMENT.md).
-    tokens, _ = run_engine(
-        tiny_checkpoint,
-        prompt_ids,
-        {"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-        enforce_eager=False,
-        pipeline_parallel_size=2,
+        tiny_checkpoint, prompt_ids, {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, **parallel
     )
     assert tokens == reference_tokens
