@@ -24,6 +24,8 @@ import platform
 import tempfile
 import time
 
+from machine import cpu_name
+
 CALL = (
     "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>{city}</arg_value>\n"
     "<arg_key>days</arg_key><arg_value>{days}</arg_value>\n"
@@ -124,17 +126,6 @@ def time_streaming(
     return best, calls
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -163,7 +154,7 @@ def main() -> None:
     }
     print(
         f"# date {datetime.date.today()}; vLLM {vllm.__version__}; "
-        f"Python {platform.python_version()}; CPU {cpu_model()} "
+        f"Python {platform.python_version()}; CPU {cpu_name()} "
         f"({os.cpu_count()} cores visible); best of {args.repeats}"
     )
     header = (
