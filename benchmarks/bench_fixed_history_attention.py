@@ -219,13 +219,17 @@ def sweep_grid(block_m, head_dim):
 
 def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
     """Tile/warp/stage grid at the default split count, then the best of those
-    with half and twice the splits. Returns [(us, config)], fastest first."""
+    with half and twice the splits and, with one split, with 0 (one program per
+    item) to 3 persistent programs per SM. Returns [(us, config)], fastest
+    first."""
     R, L, B, W, nH, nKV, D = shape
     results = []
 
     def try_cfg(cfg):
         if cfg["BLOCK_N"] * D > 256 * 128:
             return
+        if cfg["NUM_SPLITS"] > 1:  # the persistent grid needs a single split
+            cfg = dict(cfg, PERSISTENT=0)
         try:
             fn = lambda: sta._launch(q, k, v, bt, ctx, qsl, W, scale, out, **cfg)  # noqa: E731
             fn()
@@ -247,6 +251,10 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
         }:
             if s != best["NUM_SPLITS"]:
                 try_cfg(dict(best, NUM_SPLITS=s))
+        if best["NUM_SPLITS"] == 1:
+            for p in range(4):
+                if p != best.get("PERSISTENT", 0):
+                    try_cfg(dict(best, PERSISTENT=p))
         if base["BLOCK_M"] >= 128:  # fewer rows per tile, several query passes
             bq = base["BLOCK_Q"] // 2
             bm = max(16, sta._next_pow2(bq * (nH // nKV)))

@@ -311,6 +311,39 @@ if _IN_CHILD:
             extra_rows=3,
         )
 
+    @pytest.mark.parametrize("window", [None, 6])
+    @pytest.mark.parametrize("persistent", [1, 2])
+    def test_interp_persistent_grid_loops_over_items(persistent, window):
+        # Persistent grid: min(R * nKV, PERSISTENT * SMs) programs (the
+        # interpreter reports 4 SMs) walk 15 (request, KV head) items, so each
+        # program handles several, unevenly. Ragged requests, one with no
+        # queries, one needing several query passes (BLOCK_Q=2), padding rows.
+        ctx, qlen, nkv = [9, 0, 30, 4, 17], [3, 2, 0, 5, 1], 3
+        items = len(ctx) * nkv
+        assert persistent * sta._sm_count(torch.device("cpu")) < items
+        config = dict(
+            BLOCK_Q=2,
+            BLOCK_M=16,
+            BLOCK_N=16,
+            NUM_SPLITS=1,
+            num_warps=4,
+            num_stages=1,
+            PERSISTENT=persistent,
+        )
+        _run_and_check(
+            ctx,
+            qlen,
+            window,
+            num_heads=2 * nkv,
+            num_kv_heads=nkv,
+            head_dim=32,
+            page_size=4,
+            dtype=torch.float16,
+            device="cpu",
+            config=config,
+            extra_rows=3,
+        )
+
     def test_interp_strided_q_and_sharp_softmax():
         _run_and_check(
             [25, 3],
@@ -576,6 +609,57 @@ if not _IN_CHILD:
         with pytest.raises(ValueError, match="positive int"):
             sta.fixed_history_attention_reference(**_good_args(sliding_window=0))
 
+    def test_persistent_launch_refuses_several_splits():
+        a = _good_args()
+        with pytest.raises(ValueError, match="PERSISTENT needs NUM_SPLITS == 1"):
+            sta._launch(
+                a["q"],
+                a["k_cache"],
+                a["v_cache"],
+                a["block_table"],
+                a["context_lens"],
+                a["query_start_loc"],
+                4,
+                0.1,
+                torch.empty_like(a["q"]),
+                BLOCK_Q=2,
+                BLOCK_M=16,
+                BLOCK_N=16,
+                NUM_SPLITS=2,
+                num_warps=4,
+                num_stages=1,
+                PERSISTENT=2,
+            )
+
+    @pytest.mark.parametrize(
+        "shape,persistent",
+        [
+            ((64, 8192, 8, 4096, 32, 8, 128), 2),
+            ((256, 8192, 8, 4096, 32, 8, 128), 2),
+            ((256, 2048, 8, 1024, 32, 8, 128), 2),
+            ((32, 32768, 16, 4096, 32, 4, 128), 0),  # 128-row tiles
+            ((128, 8192, 8, 4096, 16, 16, 64), 0),  # D = 64
+            ((4, 8192, 8, 4096, 32, 8, 128), 0),  # few items: split
+            ((64, 8192, 8, 4096, 32, 8, 256), 0),  # D = 256
+        ],
+    )
+    def test_launch_config_persistent_only_for_its_branch(
+        shape, persistent, monkeypatch
+    ):
+        # Pretend an H200 (132 SMs, cached for device 0) so no GPU is needed.
+        monkeypatch.setitem(sta._SM_COUNT, 0, 132)
+        r, length, b, w, nh, nkv, d = shape
+        max_kv = (-(-(length + b) // 16)) * 16
+        args = (r * b, r, nkv, nh // nkv, d, w, max_kv)
+        cfg = sta._launch_config(*args, torch.device("cuda", 0))
+        assert cfg["PERSISTENT"] == persistent, cfg
+        if persistent:
+            assert cfg["NUM_SPLITS"] == 1 and cfg["BLOCK_N"] == 128, cfg
+            assert cfg["num_warps"] == 4 and cfg["num_stages"] == 2, cfg
+            assert not cfg["ASM_PAGE_LOAD"] and not cfg["MANUAL_PREFETCH"], cfg
+        # Never on CPU (interpreter) devices.
+        assert sta._launch_config(*args, torch.device("cpu"))["PERSISTENT"] == 0
+
 
 # ---------------------------------------------------------------------------
 # CUDA
@@ -781,3 +865,87 @@ if not _IN_CHILD:
                 q.shape[0],
                 f"seed={seed} graph replay L={new_ctx}",
             )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("how", ["default", "forced_1_per_sm"])
+    def test_cuda_persistent_grid_graph_replay(how):
+        """Persistent grid (fewer programs than (request, KV head) items),
+        captured in a CUDA graph and replayed with new L, q and B_r."""
+        seed = _fresh_seed()
+        rng = random.Random(seed)
+        num_reqs, nkv, window = 100, 8, 512
+        ctx_lens = [
+            rng.choice([0, rng.randrange(1, 500), rng.randrange(500, 3000)])
+            for _ in range(num_reqs)
+        ]
+        ctx_lens[0] = 3000  # sets the block-table capacity
+        q_lens = [rng.randrange(1, 9) for _ in range(num_reqs)]
+        q_lens[1] = 0  # a request with no queries
+        q_lens[2] = 12  # more queries than BLOCK_Q=8: two passes
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            ctx_lens,
+            q_lens,
+            num_heads=32,
+            num_kv_heads=nkv,
+            head_dim=128,
+            page_size=16,
+            dtype=torch.bfloat16,
+            device="cuda",
+            seed=seed,
+            extra_rows=5,
+        )
+        scale = 128**-0.5
+        num_sms = sta._sm_count(q.device)
+        if how == "default":
+            cfg = sta._launch_config(
+                q.shape[0], num_reqs, nkv, 4, 128, window, bt.shape[1] * 16, q.device
+            )
+            assert cfg["PERSISTENT"] == 2 and cfg["NUM_SPLITS"] == 1, cfg
+
+            def call():
+                sta.fixed_history_attention(
+                    q, k, v, bt, ctx, qsl, window, scale, out=out
+                )
+
+        else:
+            cfg = dict(
+                BLOCK_Q=8,
+                BLOCK_M=32,
+                BLOCK_N=128,
+                NUM_SPLITS=1,
+                num_warps=4,
+                num_stages=2,
+                PERSISTENT=1,
+            )
+
+            def call():
+                sta._launch(q, k, v, bt, ctx, qsl, window, scale, out, **cfg)
+
+        assert cfg["PERSISTENT"] * num_sms < num_reqs * nkv
+        out = torch.full_like(q, float("nan"))
+        call()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        rows = sum(q_lens)
+        capacity = bt.shape[1] * 16
+        for _ in range(2):
+            # New L and a new split of the same rows among the requests.
+            new_q = q_lens[:]
+            rng.shuffle(new_q)
+            starts = [0]
+            for b in new_q:
+                starts.append(starts[-1] + b)
+            new_ctx = [rng.randrange(0, capacity - b + 1) for b in new_q]
+            ctx.copy_(torch.tensor(new_ctx, dtype=torch.int32))
+            qsl.copy_(torch.tensor(starts, dtype=torch.int32))
+            q.normal_()
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale)
+            what = f"seed={seed} {how} graph replay"
+            _assert_close(out, ref, torch.bfloat16, rows, what)
+            assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"

@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     llm = LLM(model, dtype="float32", enforce_eager=True, max_model_len=512, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     completion = llm.generate([args.prompt], params, use_tqdm=False)[0].outputs[0]
-    chat = llm.chat(
-        [{"role": "user", "content": args.prompt}], params, use_tqdm=False
-    )[0].outputs[0]
+    chat = llm.chat([{"role": "user", "content": args.prompt}], params, use_tqdm=False)[
+        0
+    ].outputs[0]
     arch = llm.llm_engine.model_config.architecture
     print(f"architecture: {arch}")
     print(f"prompt:       {args.prompt!r}")

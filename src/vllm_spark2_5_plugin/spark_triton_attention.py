@@ -19,10 +19,12 @@ head and one slice ("split") of that request's key range. Inside a program all
 rows of one ``tl.dot`` tile, so every K/V row is read from HBM once per
 (request, KV head). When there are too few (request, KV head) pairs to fill the
 GPU, the key range is cut into several splits whose partial results (running
-max, exp-sum, unnormalised output) a second kernel merges. The grid is sized
-from static bounds only (no host synchronisation), so the launch can be
-captured in a CUDA graph; splits that receive no keys simply write an empty
-partial. Key tiles are loaded either through Triton's software pipeliner
+max, exp-sum, unnormalised output) a second kernel merges. With a single split
+the kernel can instead run persistently (``PERSISTENT``): a fixed number of
+programs per SM loop over the (request, KV head) items, KV heads fastest. The
+grid is sized from static bounds only (no host synchronisation), so the launch
+can be captured in a CUDA graph; splits that receive no keys simply write an
+empty partial. Key tiles are loaded either through Triton's software pipeliner
 (``num_stages`` > 1) or through a hand-written prefetch loop
 (``MANUAL_PREFETCH``). Triton 3.6 pipelines a load whose address comes from
 another load in the loop (K/V through the block table) only one tile ahead;
@@ -130,7 +132,7 @@ def _online_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
 
 
 @triton.jit
-def _fixed_history_attn_kernel(
+def _attend_item(
     q_ptr,  # [T, nH, D]
     k_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
     v_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
@@ -143,19 +145,22 @@ def _fixed_history_attn_kernel(
     query_start_loc_ptr,  # [R + 1] int32
     qk_scale,  # float: softmax scale * log2(e)
     window,  # int: sliding window W (ignored when HAS_WINDOW is False)
-    stride_q_t: tl.int64,
-    stride_q_h: tl.int64,
-    stride_q_d: tl.int64,
-    stride_k_blk: tl.int64,
-    stride_k_slot: tl.int64,
-    stride_k_head: tl.int64,
-    stride_v_blk: tl.int64,
-    stride_v_slot: tl.int64,
-    stride_v_head: tl.int64,
-    stride_o_t: tl.int64,
-    stride_o_h: tl.int64,
-    stride_o_d: tl.int64,
-    stride_bt: tl.int64,
+    stride_q_t,
+    stride_q_h,
+    stride_q_d,
+    stride_k_blk,
+    stride_k_slot,
+    stride_k_head,
+    stride_v_blk,
+    stride_v_slot,
+    stride_v_head,
+    stride_o_t,
+    stride_o_h,
+    stride_o_d,
+    stride_bt,
+    req_idx,
+    kv_head,
+    split_idx,
     NUM_Q_HEADS: tl.constexpr,
     NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,  # nH // nKV
@@ -169,13 +174,9 @@ def _fixed_history_attn_kernel(
     MANUAL_PREFETCH: tl.constexpr,  # hand-pipelined loads (num_stages=1)
     ASM_PAGE_LOAD: tl.constexpr,  # block-table loads hidden from the pipeliner
 ):
-    # KV heads vary fastest in launch order: the programs that run side by side
-    # read the same cache pages (the heads of one slot are adjacent in vLLM's
-    # default layout), which keeps DRAM row and L2 locality.
-    kv_head = tl.program_id(0) % NUM_KV_HEADS
-    split_idx = tl.program_id(0) // NUM_KV_HEADS
-    req_idx = tl.program_id(1)
-
+    """One work item: all queries of request ``req_idx`` on KV head
+    ``kv_head`` over key slice ``split_idx`` of NUM_SPLITS (the whole key
+    range when NUM_SPLITS == 1)."""
     q_first = tl.load(query_start_loc_ptr + req_idx)
     q_end = tl.load(query_start_loc_ptr + req_idx + 1)
     num_q = q_end - q_first
@@ -210,9 +211,10 @@ def _fixed_history_attn_kernel(
     head = kv_head * GROUP + rows % GROUP
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n = tl.arange(0, BLOCK_N)
-    bt_row = block_table_ptr + req_idx.to(tl.int64) * stride_bt
-    k_head = k_ptr + kv_head.to(tl.int64) * stride_k_head
-    v_head = v_ptr + kv_head.to(tl.int64) * stride_v_head
+    # tl.cast, not .to(): under the interpreter a loop index is a Python int.
+    bt_row = block_table_ptr + tl.cast(req_idx, tl.int64) * stride_bt
+    k_head = k_ptr + tl.cast(kv_head, tl.int64) * stride_k_head
+    v_head = v_ptr + tl.cast(kv_head, tl.int64) * stride_v_head
 
     # Usually a single pass (all queries of the request fit in BLOCK_Q); a
     # request with more queries than BLOCK_Q is handled in several passes.
@@ -333,6 +335,144 @@ def _fixed_history_attn_kernel(
                 acc,
                 mask=row_ok[:, None],
             )
+
+
+@triton.jit
+def _fixed_history_attn_kernel(
+    q_ptr,  # [T, nH, D]
+    k_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
+    v_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
+    out_ptr,  # [T, nH, D], written when NUM_SPLITS == 1
+    part_acc_ptr,  # [T, nH, NUM_SPLITS, D] fp32, written when NUM_SPLITS > 1
+    part_max_ptr,  # [T, nH, NUM_SPLITS] fp32 (log2 domain)
+    part_sum_ptr,  # [T, nH, NUM_SPLITS] fp32
+    block_table_ptr,  # [>= R, max_blocks] int32
+    context_lens_ptr,  # [R] int32
+    query_start_loc_ptr,  # [R + 1] int32
+    qk_scale,  # float: softmax scale * log2(e)
+    window,  # int: sliding window W (ignored when HAS_WINDOW is False)
+    num_reqs,  # int: R (persistent loop bound)
+    stride_q_t: tl.int64,
+    stride_q_h: tl.int64,
+    stride_q_d: tl.int64,
+    stride_k_blk: tl.int64,
+    stride_k_slot: tl.int64,
+    stride_k_head: tl.int64,
+    stride_v_blk: tl.int64,
+    stride_v_slot: tl.int64,
+    stride_v_head: tl.int64,
+    stride_o_t: tl.int64,
+    stride_o_h: tl.int64,
+    stride_o_d: tl.int64,
+    stride_bt: tl.int64,
+    NUM_Q_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,  # nH // nKV
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,  # vLLM block_size
+    BLOCK_Q: tl.constexpr,  # queries of one request per tile
+    BLOCK_M: tl.constexpr,  # next_pow2(BLOCK_Q * GROUP), >= 16
+    BLOCK_N: tl.constexpr,  # keys per tile
+    NUM_SPLITS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    MANUAL_PREFETCH: tl.constexpr,  # hand-pipelined loads (num_stages=1)
+    ASM_PAGE_LOAD: tl.constexpr,  # block-table loads hidden from the pipeliner
+    PERSISTENT: tl.constexpr,  # grid-stride loop over (request, KV head)
+):
+    # KV heads vary fastest in launch order: the programs that run side by side
+    # read the same cache pages (the heads of one slot are adjacent in vLLM's
+    # default layout), which keeps DRAM row and L2 locality.
+    if PERSISTENT:
+        # A fixed number of programs (a few per SM, see _launch) walk the
+        # (request, KV head) items, KV heads fastest; NUM_SPLITS == 1 only.
+        for item in range(
+            tl.program_id(0), num_reqs * NUM_KV_HEADS, tl.num_programs(0)
+        ):
+            _attend_item(
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                out_ptr,
+                part_acc_ptr,
+                part_max_ptr,
+                part_sum_ptr,
+                block_table_ptr,
+                context_lens_ptr,
+                query_start_loc_ptr,
+                qk_scale,
+                window,
+                stride_q_t,
+                stride_q_h,
+                stride_q_d,
+                stride_k_blk,
+                stride_k_slot,
+                stride_k_head,
+                stride_v_blk,
+                stride_v_slot,
+                stride_v_head,
+                stride_o_t,
+                stride_o_h,
+                stride_o_d,
+                stride_bt,
+                item // NUM_KV_HEADS,
+                item % NUM_KV_HEADS,
+                0,
+                NUM_Q_HEADS,
+                NUM_KV_HEADS,
+                GROUP,
+                HEAD_DIM,
+                PAGE_SIZE,
+                BLOCK_Q,
+                BLOCK_M,
+                BLOCK_N,
+                NUM_SPLITS,
+                HAS_WINDOW,
+                MANUAL_PREFETCH,
+                ASM_PAGE_LOAD,
+            )
+    else:
+        _attend_item(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            out_ptr,
+            part_acc_ptr,
+            part_max_ptr,
+            part_sum_ptr,
+            block_table_ptr,
+            context_lens_ptr,
+            query_start_loc_ptr,
+            qk_scale,
+            window,
+            stride_q_t,
+            stride_q_h,
+            stride_q_d,
+            stride_k_blk,
+            stride_k_slot,
+            stride_k_head,
+            stride_v_blk,
+            stride_v_slot,
+            stride_v_head,
+            stride_o_t,
+            stride_o_h,
+            stride_o_d,
+            stride_bt,
+            tl.program_id(1),
+            tl.program_id(0) % NUM_KV_HEADS,
+            tl.program_id(0) // NUM_KV_HEADS,
+            NUM_Q_HEADS,
+            NUM_KV_HEADS,
+            GROUP,
+            HEAD_DIM,
+            PAGE_SIZE,
+            BLOCK_Q,
+            BLOCK_M,
+            BLOCK_N,
+            NUM_SPLITS,
+            HAS_WINDOW,
+            MANUAL_PREFETCH,
+            ASM_PAGE_LOAD,
+        )
 
 
 @triton.jit
@@ -557,7 +697,10 @@ def _launch_config(
     compiler-pipelined loads (one tile ahead); for 128-row tiles (e.g. 16
     queries x 8 heads per KV head) and for D <= 64 with up to 32 rows, smaller
     key tiles pipelined 3 tiles ahead through ASM_PAGE_LOAD. Splits until ~3.5
-    programs per SM (~1 per SM for 128-row tiles).
+    programs per SM (~1 per SM for 128-row tiles). For D >= 128 (< 256) with
+    up to 32 rows and a single split, a persistent grid of 2 programs per SM
+    looping over the (request, KV head) items (PERSISTENT=2; 5-9% faster than
+    one program per item on the H200).
     """
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -566,6 +709,7 @@ def _launch_config(
         block_q //= 2
     block_m = max(16, _next_pow2(block_q * group))
     manual = asm = False
+    persistent = 0
     target = int(3.5 * _sm_count(device))
     if block_m >= 128:
         # Page ids through inline PTX so K/V are pipelined 3 tiles ahead;
@@ -576,6 +720,9 @@ def _launch_config(
         block_n, num_warps, num_stages = 64, 8, 2
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
+        # Measured on the H200: 2 resident programs per SM streaming items
+        # beat one program per item (3 and 1 per SM were slower).
+        persistent = 2 if block_m <= 32 else 0
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = 64, 4, 4, True
     else:
@@ -592,8 +739,11 @@ def _launch_config(
         and splits < 64
     ):
         splits *= 2
-    # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch).
+    # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch); the
+    # persistent grid was tuned on NVIDIA only and needs a single split.
     asm = asm and torch.version.hip is None
+    if splits > 1 or device.type != "cuda" or torch.version.hip is not None:
+        persistent = 0
     return dict(
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
@@ -603,6 +753,7 @@ def _launch_config(
         num_stages=num_stages,
         MANUAL_PREFETCH=manual,
         ASM_PAGE_LOAD=asm,
+        PERSISTENT=persistent,
     )
 
 
@@ -715,14 +866,29 @@ def _launch(
     num_stages,
     MANUAL_PREFETCH=False,
     ASM_PAGE_LOAD=False,
+    PERSISTENT=0,
 ):
-    """Launch with an explicit configuration (arguments already validated)."""
+    """Launch with an explicit configuration (arguments already validated).
+
+    ``PERSISTENT=n`` (> 0, needs ``NUM_SPLITS == 1``) launches
+    ``min(R * nKV, n * num_SMs)`` programs that loop over the (request, KV
+    head) items instead of one program per item. The grid comes from shapes
+    and the cached SM count only, so the launch stays graph-capturable.
+    """
     if _interpreting():
         ASM_PAGE_LOAD = False  # the interpreter cannot run inline PTX
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
     group = num_heads // num_kv_heads
+    if PERSISTENT:
+        if NUM_SPLITS != 1:
+            raise ValueError(
+                f"PERSISTENT needs NUM_SPLITS == 1, got NUM_SPLITS={NUM_SPLITS}"
+            )
+        grid = (min(num_reqs * num_kv_heads, int(PERSISTENT) * _sm_count(q.device)),)
+    else:
+        grid = (num_kv_heads * NUM_SPLITS, num_reqs)
     if NUM_SPLITS > 1:
         part_acc = torch.empty(
             (num_tokens, num_heads, NUM_SPLITS, head_dim),
@@ -738,7 +904,7 @@ def _launch(
     else:
         part_acc = part_max = part_sum = out  # unused by the kernel
 
-    _fixed_history_attn_kernel[(num_kv_heads * NUM_SPLITS, num_reqs)](
+    _fixed_history_attn_kernel[grid](
         q,
         k_cache,
         v_cache,
@@ -751,6 +917,7 @@ def _launch(
         query_start_loc,
         scale * _LOG2E,
         window if window is not None else 0,
+        num_reqs,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -776,6 +943,7 @@ def _launch(
         HAS_WINDOW=window is not None,
         MANUAL_PREFETCH=MANUAL_PREFETCH,
         ASM_PAGE_LOAD=bool(ASM_PAGE_LOAD) and not MANUAL_PREFETCH,
+        PERSISTENT=bool(PERSISTENT),
         num_warps=num_warps,
         num_stages=1 if MANUAL_PREFETCH else num_stages,
     )
