@@ -62,7 +62,7 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     from safetensors.torch import save_file
     from transformers import LlamaConfig
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     spark = make_tiny_checkpoint(root / "spark2_5", dtype=torch.bfloat16, **SHAPES)
     raw = json.loads((spark / "config.json").read_text())

@@ -46,10 +46,10 @@ import triton
 from triton.testing import do_bench
 
 try:
-    from vllm_spark2_5_plugin import spark_triton_attention as sta
+    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from vllm_spark2_5_plugin import spark_triton_attention as sta
+    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
 
 # (R, L, B, W, nH, nKV, D)
 SHAPES = [

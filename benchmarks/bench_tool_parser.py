@@ -140,7 +140,7 @@ def main() -> None:
     from vllm.plugins import load_general_plugins
     from vllm.tool_parsers import ToolParserManager
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     load_general_plugins()
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,6 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default tiny Spark2_5 checkpoint (fp32, 4 layers, mixed types)."""
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("spark2_5-tiny"))

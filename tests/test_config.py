@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from vllm_spark2_5_plugin.spark2_5_config import Spark2_5Config
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 
 
 def test_defaults_follow_spec():

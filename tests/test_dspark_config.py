@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from vllm_spark2_5_plugin.dspark_config import (
+from vllm_spark2_5_plugin.configs.dspark import (
     DSPARK_ALIASES,
     check_speculative_settings,
     normalize_dspark_config,
     read_dspark_settings,
 )
-from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING, Spark2_5Config
-from vllm_spark2_5_plugin.tiny_checkpoint import TINY_CONFIG
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import TINY_CONFIG
 
 NOISE_ID = 17
 
@@ -207,7 +208,7 @@ def test_missing_block_size_needs_explicit_num_speculative_tokens():
 
 @pytest.fixture(scope="module")
 def dspark_checkpoint(tmp_path_factory) -> Path:
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(
         tmp_path_factory.mktemp("dspark-config"),
@@ -390,7 +391,7 @@ def test_hook_is_installed_once_and_only_acts_on_spark2_5_dspark(registered):
 
     from vllm.config.speculative import SpeculativeConfig
 
-    from vllm_spark2_5_plugin.dspark_config import (
+    from vllm_spark2_5_plugin.configs.dspark import (
         _is_spark2_5_dspark,
         install_speculative_config_hook,
     )

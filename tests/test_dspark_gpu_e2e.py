@@ -55,8 +55,8 @@ def checkpoint(tmp_path_factory):
         return path, int(os.environ.get("SPARK2_5_DSPARK_NUM_SPEC_TOKENS", "7"))
     import torch
 
-    from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.names import FULL, SLIDING
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     tiny = make_tiny_checkpoint(
         tmp_path_factory.mktemp("dspark-gpu"),

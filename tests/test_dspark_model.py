@@ -22,9 +22,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vllm_spark2_5_plugin.dspark_reference import DSparkReference
-from vllm_spark2_5_plugin.reference import Spark2_5Reference, attention, causal_mask
-from vllm_spark2_5_plugin.spark2_5_config import FULL, SLIDING
+from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.references.dspark import DSparkReference
+from vllm_spark2_5_plugin.references.spark2_5 import (
+    Spark2_5Reference,
+    attention,
+    causal_mask,
+)
 
 BLOCK = 4  # TINY_DSPARK's dspark_block_size = num_speculative_tokens
 PAGE = 4  # KV-cache block size of the test caches
@@ -125,7 +129,7 @@ def built(request, world, tmp_path_factory) -> Built:
         maybe_share_target_embed,
     )
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(
         tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
@@ -290,7 +294,7 @@ def fresh_draft(built: Built, prefix: str):
     from vllm.config import set_current_vllm_config
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    from vllm_spark2_5_plugin.spark2_5_dspark import Spark2_5DSparkForCausalLM
+    from vllm_spark2_5_plugin.models.spark2_5_dspark import Spark2_5DSparkForCausalLM
 
     with (
         set_current_vllm_config(built.vllm_config),

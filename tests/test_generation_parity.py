@@ -10,8 +10,8 @@ import pytest
 import torch
 from vllm_helpers import greedy_generate, run_python
 
-from vllm_spark2_5_plugin.reference import Spark2_5Reference
-from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
 S, F = "sliding_attention", "full_attention"
 MAX_TOKENS = 20

@@ -50,20 +50,20 @@ import vllm_spark2_5_plugin
 vllm_spark2_5_plugin.register()  # idempotent: no second registration, no second line
 """
     )
-    assert lines["TARGET"] == "vllm_spark2_5_plugin.spark2_5"
-    assert lines["DRAFT"] == "vllm_spark2_5_plugin.spark2_5_dspark"
+    assert lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5"
+    assert lines["DRAFT"] == "vllm_spark2_5_plugin.models.spark2_5_dspark"
     assert lines["CONFIG"] == "True"
-    assert lines["PARSER"] == "vllm_spark2_5_plugin.spark2_5_tool_parser"
+    assert lines["PARSER"] == "vllm_spark2_5_plugin.tool_parsers.spark25"
     # Plugin load imports configuration code only: no model, draft, kernel or
     # parser module (those load lazily, in the processes that need them).
     imported = set(ast.literal_eval(lines["IMPORTED"]))
     heavy = {
-        "vllm_spark2_5_plugin.spark2_5",
-        "vllm_spark2_5_plugin.spark2_5_dspark",
-        "vllm_spark2_5_plugin.spark_triton_attention",
-        "vllm_spark2_5_plugin.spark2_5_tool_parser",
+        "vllm_spark2_5_plugin.models.spark2_5",
+        "vllm_spark2_5_plugin.models.spark2_5_dspark",
+        "vllm_spark2_5_plugin.ops.fixed_history_attention",
+        "vllm_spark2_5_plugin.tool_parsers.spark25",
     }
-    assert "vllm_spark2_5_plugin.spark2_5_config" in imported
+    assert "vllm_spark2_5_plugin.configs.spark2_5" in imported
     assert not imported & heavy
     assert log.count(SUCCESS) == 1
     assert "tested with vLLM 0.32.0, running vLLM 0.32.0" in log
@@ -84,7 +84,7 @@ def test_importing_the_package_imports_neither_torch_nor_vllm():
 )
 def test_vllm_plugins_allowlist_matches_the_entry_point_name(allowlist, loaded):
     lines, log = load(env={"VLLM_PLUGINS": allowlist})
-    assert (lines["TARGET"] == "vllm_spark2_5_plugin.spark2_5") is loaded
+    assert (lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5") is loaded
     assert (lines["CONFIG"] == "True") is loaded
     assert (SUCCESS in log) is loaded
 
@@ -114,9 +114,9 @@ def test_stands_down_when_vllm_already_provides_the_model():
 
 def test_override_makes_the_plugin_model_draft_and_parser_win():
     lines, log = load(before=IN_TREE, env={"SPARK2_5_PLUGIN_OVERRIDE": "1"})
-    assert lines["TARGET"] == "vllm_spark2_5_plugin.spark2_5"
-    assert lines["DRAFT"] == "vllm_spark2_5_plugin.spark2_5_dspark"
-    assert lines["PARSER"] == "vllm_spark2_5_plugin.spark2_5_tool_parser"
+    assert lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5"
+    assert lines["DRAFT"] == "vllm_spark2_5_plugin.models.spark2_5_dspark"
+    assert lines["PARSER"] == "vllm_spark2_5_plugin.tool_parsers.spark25"
     assert SUCCESS in log and "[override]" in log
 
 
@@ -137,7 +137,7 @@ ModelRegistry.register_model = broken
 
 def test_warns_when_running_vllm_differs_from_tested():
     lines, log = load(before="import vllm; vllm.__version__ = '0.33.1'")
-    assert lines["TARGET"] == "vllm_spark2_5_plugin.spark2_5"
+    assert lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5"
     assert "tested with vLLM 0.32.0 but running vLLM 0.33.1" in log
 
 
@@ -172,5 +172,5 @@ print("PP", cfg.registry.is_pp_supported_model(cfg.architectures, cfg))
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ARCH Spark2_5ForCausalLM" in result.stdout
-    assert "CLASS vllm_spark2_5_plugin.spark2_5_config.Spark2_5Config" in result.stdout
+    assert "CLASS vllm_spark2_5_plugin.configs.spark2_5.Spark2_5Config" in result.stdout
     assert "PP True" in result.stdout

@@ -129,7 +129,7 @@ def _get(url: str, timeout: float = 5.0) -> int:
 def server(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("spark25-serve") / "ckpt")
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -34,10 +34,10 @@ import torch
 
 _SRC = Path(__file__).resolve().parents[1] / "src"
 try:
-    from vllm_spark2_5_plugin import spark_triton_attention as sta
+    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
 except ImportError:  # running from a plain checkout without an install
     sys.path.insert(0, str(_SRC))
-    from vllm_spark2_5_plugin import spark_triton_attention as sta
+    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
 
 _CHILD_ENV = "_SPARK_FH_ATTN_CHILD"
 _IN_CHILD = os.environ.get(_CHILD_ENV) == "1"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
-from vllm_spark2_5_plugin.spark2_5_tool_parser import (
+from vllm_spark2_5_plugin.tool_parsers.spark25 import (
     Spark25ToolParser,
     convert_value,
 )
@@ -565,7 +565,7 @@ def test_chat_template_tool_calls_parse_back(tmp_path):
     """An assistant turn rendered by the shipped template parses back exactly."""
     from transformers import AutoTokenizer
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(make_tiny_checkpoint(tmp_path / "ckpt"))
     arguments = [

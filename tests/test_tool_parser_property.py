@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_tool_parser import make_request, run_non_streaming, run_streaming
 
-from vllm_spark2_5_plugin.spark2_5_tool_parser import STRUCTURAL_TAGS
+from vllm_spark2_5_plugin.tool_parsers.spark25 import STRUCTURAL_TAGS
 
 KNOWN = ["get_weather", "typed", "ping", "search"]
 PIECES = [

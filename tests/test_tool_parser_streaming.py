@@ -31,7 +31,7 @@ TOKENS_PER_DELTA = [1, 2, 3, 5, 8]
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from vllm_spark2_5_plugin.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("spark25-tok") / "ckpt")
     return AutoTokenizer.from_pretrained(path)

@@ -25,9 +25,9 @@ DRAFT_ARCH = "Spark2_5DSparkForCausalLM"
 TOOL_PARSER_NAME = "spark25"
 OVERRIDE_ENV = "SPARK2_5_PLUGIN_OVERRIDE"
 
-_TARGET_CLASS = f"{__name__}.spark2_5:{TARGET_ARCH}"
-_DRAFT_CLASS = f"{__name__}.spark2_5_dspark:{DRAFT_ARCH}"
-_TOOL_PARSER = (f"{__name__}.spark2_5_tool_parser", "Spark25ToolParser")
+_TARGET_CLASS = f"{__name__}.models.spark2_5:{TARGET_ARCH}"
+_DRAFT_CLASS = f"{__name__}.models.spark2_5_dspark:{DRAFT_ARCH}"
+_TOOL_PARSER = (f"{__name__}.tool_parsers.spark25", "Spark25ToolParser")
 
 _registered = False
 
@@ -76,7 +76,7 @@ def _register_config(override: bool) -> None:
     from transformers import AutoConfig
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
-    from .spark2_5_config import Spark2_5Config
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 
     existing = _CONFIG_REGISTRY.get(MODEL_TYPE)
     if existing is not None and existing is not Spark2_5Config and not override:
@@ -114,7 +114,7 @@ def _register() -> None:
     ModelRegistry.register_model(TARGET_ARCH, _TARGET_CLASS)
     if override or _foreign_model(DRAFT_ARCH) is None:
         ModelRegistry.register_model(DRAFT_ARCH, _DRAFT_CLASS)
-    from .dspark_config import install_speculative_config_hook
+    from vllm_spark2_5_plugin.configs.dspark import install_speculative_config_hook
 
     install_speculative_config_hook()
     _register_config(override)

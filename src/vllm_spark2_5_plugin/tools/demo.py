@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
 
     model = args.model
     if model is None:
-        from .tiny_checkpoint import make_tiny_checkpoint
+        from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
         model = str(make_tiny_checkpoint(tempfile.mkdtemp(prefix="spark2_5-tiny-")))
         print(f"wrote a tiny random Spark2_5 checkpoint to {model}")

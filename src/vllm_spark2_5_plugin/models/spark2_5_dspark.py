@@ -39,14 +39,15 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.utils import maybe_prefix
 
-from .dspark_config import DSparkSettings, read_dspark_settings
-from .spark2_5 import (
+from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.models.spark2_5 import (
     DRAFT_WEIGHT_PREFIXES,
     STACKED_PROJECTIONS,
     Spark2_5Attention,
     Spark2_5DecoderLayer,
 )
-from .spark2_5_config import FULL, SLIDING, Spark2_5Config
+from vllm_spark2_5_plugin.names import FULL, SLIDING
 
 logger = init_logger("vllm.spark2_5_plugin.dspark")
 
@@ -314,9 +315,11 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         context_lens = (seq_lens - query_start_loc.diff()).clamp(min=0).to(torch.int32)
         k_cache, v_cache = kv_cache.transpose(1, 2).split(self.head_dim, dim=-1)
         if q.is_cuda:
-            from .spark_triton_attention import fixed_history_attention as attend
+            from vllm_spark2_5_plugin.ops.fixed_history_attention import (
+                fixed_history_attention as attend,
+            )
         else:
-            from .spark_triton_attention import (
+            from vllm_spark2_5_plugin.ops.fixed_history_attention import (
                 fixed_history_attention_reference as attend,
             )
         attend(

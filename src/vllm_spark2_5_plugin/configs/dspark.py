@@ -28,21 +28,21 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from . import DRAFT_ARCH, MODEL_TYPE
-from .spark2_5_config import FULL, LAYER_TYPES, SLIDING
-
-DSPARK_METHOD = "dspark"
-MARKOV_HEAD_TYPES = ("vanilla", "rnn")
-
-#: canonical field -> the alias the plugin also accepts (SPEC §4).
-DSPARK_ALIASES: dict[str, str] = {
-    "dspark_block_size": "block_size",
-    "dspark_markov_rank": "markov_rank",
-    "dspark_target_layer_ids": "target_layer_ids",
-    "dspark_markov_head_type": "markov_head_type",
-    "dspark_enable_confidence_head": "enable_confidence_head",
-    "dspark_noise_token_id": "mask_token_id",
-}
+from vllm_spark2_5_plugin.configs.checks import (
+    is_int,
+    require_bool,
+    require_choice,
+    require_layer_types,
+    require_positive_int,
+)
+from vllm_spark2_5_plugin.names import (
+    DRAFT_ARCH,
+    DSPARK_ALIASES,
+    DSPARK_METHOD,
+    MARKOV_HEAD_TYPES,
+    MODEL_TYPE,
+    SLIDING,
+)
 
 # Marks our wrapper so that installing twice never wraps twice.
 _HOOK_MARK = "_spark2_5_dspark_hook"
@@ -69,10 +69,6 @@ class DSparkSettings:
     def aux_layer_ids(self) -> tuple[int, ...]:
         """vLLM's EAGLE-3 aux ids: id k is the stream entering layer k."""
         return tuple(i + 1 for i in self.target_layer_ids)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _missing(config: Any, name: str) -> bool:
@@ -136,8 +132,7 @@ def read_dspark_settings(
             "dspark_markov_rank (alias markov_rank) is missing from the "
             "checkpoint's config.json; DSpark needs the rank of its Markov head"
         )
-    if not _is_int(rank) or rank <= 0:
-        raise ValueError(f"dspark_markov_rank must be a positive integer, got {rank!r}")
+    require_positive_int("dspark_markov_rank", rank)
 
     ids = getattr(config, "dspark_target_layer_ids", None)
     if ids is None or (isinstance(ids, list | tuple) and len(ids) == 0):
@@ -145,7 +140,7 @@ def read_dspark_settings(
             f"dspark_target_layer_ids (alias target_layer_ids) must be a non-empty "
             f"list of target layer indices, got {ids!r}"
         )
-    if not isinstance(ids, list | tuple) or not all(_is_int(i) for i in ids):
+    if not isinstance(ids, list | tuple) or not all(is_int(i) for i in ids):
         raise ValueError(
             f"dspark_target_layer_ids must be a list of integers, got {ids!r}"
         )
@@ -167,16 +162,9 @@ def read_dspark_settings(
         )
 
     head_type = config.dspark_markov_head_type
-    if head_type not in MARKOV_HEAD_TYPES:
-        raise ValueError(
-            f"dspark_markov_head_type must be one of {list(MARKOV_HEAD_TYPES)}, got "
-            f"{head_type!r}"
-        )
+    require_choice("dspark_markov_head_type", head_type, MARKOV_HEAD_TYPES)
     confidence = config.dspark_enable_confidence_head
-    if not isinstance(confidence, bool):
-        raise ValueError(
-            f"dspark_enable_confidence_head must be true or false, got {confidence!r}"
-        )
+    require_bool("dspark_enable_confidence_head", confidence)
 
     noise = getattr(config, "dspark_noise_token_id", None)
     if noise is None:
@@ -184,37 +172,19 @@ def read_dspark_settings(
             "dspark_noise_token_id (alias mask_token_id) is missing from the "
             "checkpoint's config.json; DSpark fills the draft block with it"
         )
-    if not _is_int(noise) or not 0 <= noise < vocab_size:
+    if not is_int(noise) or not 0 <= noise < vocab_size:
         raise ValueError(
             f"dspark_noise_token_id must be a token id in 0..{vocab_size - 1}, got "
             f"{noise!r}"
         )
 
     layer_types = config.dspark_layer_types
-    if not isinstance(layer_types, list | tuple) or not layer_types:
-        raise ValueError(
-            f"dspark_layer_types must be a non-empty list of {list(LAYER_TYPES)} "
-            f"(one entry per draft layer), got {layer_types!r}"
-        )
-    for j, layer_type in enumerate(layer_types):
-        if layer_type not in LAYER_TYPES:
-            raise ValueError(
-                f"dspark_layer_types[{j}] is {layer_type!r}; expected one of "
-                f"{list(LAYER_TYPES)}"
-            )
-
+    require_layer_types("dspark_layer_types", layer_types, "one entry per draft layer")
     window = config.dspark_sliding_window
-    if not _is_int(window) or window <= 0:
-        raise ValueError(
-            f"dspark_sliding_window must be a positive integer, got {window!r}"
-        )
-
+    require_positive_int("dspark_sliding_window", window)
     block_size = getattr(config, "dspark_block_size", None)
-    if block_size is not None and (not _is_int(block_size) or block_size <= 0):
-        raise ValueError(
-            f"dspark_block_size (alias block_size) must be a positive integer, got "
-            f"{block_size!r}"
-        )
+    if block_size is not None:
+        require_positive_int("dspark_block_size (alias block_size)", block_size)
 
     draft_vocab = getattr(config, "draft_vocab_size", None)
     if draft_vocab is not None and draft_vocab != vocab_size:
@@ -369,12 +339,7 @@ def uninstall_speculative_config_hook() -> None:
 
 
 __all__ = [
-    "DRAFT_ARCH",
-    "DSPARK_ALIASES",
     "DSparkSettings",
-    "FULL",
-    "MARKOV_HEAD_TYPES",
-    "SLIDING",
     "check_speculative_settings",
     "install_speculative_config_hook",
     "normalize_dspark_config",

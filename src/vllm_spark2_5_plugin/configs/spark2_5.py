@@ -11,9 +11,16 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
 
-SLIDING = "sliding_attention"
-FULL = "full_attention"
-LAYER_TYPES = (SLIDING, FULL)
+from vllm_spark2_5_plugin.configs.checks import (
+    is_positive_int,
+    require_bool,
+    require_choice,
+    require_layer_types,
+    require_positive_int,
+    require_positive_number,
+)
+from vllm_spark2_5_plugin.names import FULL, LAYER_TYPES, MODEL_TYPE, SLIDING
+
 HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
 
 # RoPE base frequency per layer type when the checkpoint names none.
@@ -23,10 +30,6 @@ DEFAULT_ROPE_THETA = {SLIDING: 10_000.0, FULL: 1_000_000.0}
 def default_layer_types(num_hidden_layers: int) -> list[str]:
     """Every fourth layer (i % 4 == 3) is full attention, the rest slide."""
     return [FULL if i % 4 == 3 else SLIDING for i in range(num_hidden_layers)]
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class Spark2_5Config(PreTrainedConfig):
@@ -66,7 +69,7 @@ class Spark2_5Config(PreTrainedConfig):
     attributes and checked when a speculative config is built.
     """
 
-    model_type = "spark2_5"
+    model_type = MODEL_TYPE
     keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
     # Lets Transformers' RoPE helpers recognise the nested per-type layout even
     # when a model uses only one of the two layer types.
@@ -95,7 +98,7 @@ class Spark2_5Config(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs: Any) -> None:
-        if self.layer_types is None and _is_positive_int(self.num_hidden_layers):
+        if self.layer_types is None and is_positive_int(self.num_hidden_layers):
             self.layer_types = default_layer_types(self.num_hidden_layers)
         super().__post_init__(**kwargs)
         self._check_fields()
@@ -163,9 +166,7 @@ class Spark2_5Config(PreTrainedConfig):
             "max_position_embeddings",
             "sliding_window",
         ):
-            value = getattr(self, name)
-            if not _is_positive_int(value):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible "
@@ -175,44 +176,22 @@ class Spark2_5Config(PreTrainedConfig):
             raise ValueError(
                 f"head_dim must be even for rotary embeddings, got {self.head_dim}"
             )
-        if self.hidden_act not in HIDDEN_ACTS:
-            raise ValueError(
-                f"hidden_act must be one of {list(HIDDEN_ACTS)}, got "
-                f"{self.hidden_act!r}"
-            )
-        if not (isinstance(self.rms_norm_eps, int | float) and self.rms_norm_eps > 0):
-            raise ValueError(
-                f"rms_norm_eps must be a positive number, got {self.rms_norm_eps!r}"
-            )
-        if not isinstance(self.layer_types, list | tuple):
-            raise ValueError(
-                f"layer_types must be a list of {list(LAYER_TYPES)}, got "
-                f"{self.layer_types!r}"
-            )
+        require_choice("hidden_act", self.hidden_act, HIDDEN_ACTS)
+        require_positive_number("rms_norm_eps", self.rms_norm_eps)
+        require_layer_types("layer_types", self.layer_types, "one entry per layer")
         if len(self.layer_types) != self.num_hidden_layers:
             raise ValueError(
                 f"layer_types has {len(self.layer_types)} entries but "
                 f"num_hidden_layers is {self.num_hidden_layers}; give one entry "
                 "per layer"
             )
-        for i, layer_type in enumerate(self.layer_types):
-            if layer_type not in LAYER_TYPES:
-                raise ValueError(
-                    f"layer_types[{i}] is {layer_type!r}; expected one of "
-                    f"{list(LAYER_TYPES)}"
-                )
         for layer_type, entry in self.rope_parameters.items():
-            theta = entry.get("rope_theta")
-            if not (isinstance(theta, int | float) and theta > 0):
-                raise ValueError(
-                    f"rope_parameters[{layer_type!r}]['rope_theta'] must be a "
-                    f"positive number, got {theta!r}"
-                )
+            require_positive_number(
+                f"rope_parameters[{layer_type!r}]['rope_theta']",
+                entry.get("rope_theta"),
+            )
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"{name} must be true or false, got {getattr(self, name)!r}"
-                )
+            require_bool(name, getattr(self, name))
 
 
 __all__ = ["Spark2_5Config", "default_layer_types"]

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .reference import (
+from vllm_spark2_5_plugin.references.spark2_5 import (
     SLIDING,
     apply_rope,
     attention,

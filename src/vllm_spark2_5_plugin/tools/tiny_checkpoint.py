@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .spark2_5_config import FULL, SLIDING, Spark2_5Config
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.names import FULL, SLIDING
 
 # Special tokens: role markers, end of text, and the tool-call tags (one token
 # each, so the parser sees whole tags, as it would with a real Spark2_5).
@@ -207,7 +208,7 @@ def make_tiny_checkpoint(
                 f"dspark_prefix must be one of {list(DSPARK_PREFIXES)}, got "
                 f"{dspark_prefix!r}"
             )
-        from .dspark_config import DSPARK_ALIASES
+        from vllm_spark2_5_plugin.configs.dspark import DSPARK_ALIASES
 
         # Accept the alias spellings too, as the plugin does for config.json.
         canonical = {alias: name for name, alias in DSPARK_ALIASES.items()}
@@ -240,7 +241,7 @@ def make_tiny_checkpoint(
         metadata={"format": "pt"},
     )
     tokenizer.save_pretrained(path)
-    template = resources.files(__package__).joinpath("chat_template.jinja")
+    template = resources.files("vllm_spark2_5_plugin").joinpath("chat_template.jinja")
     (path / "chat_template.jinja").write_text(template.read_text(encoding="utf-8"))
     (path / "generation_config.json").write_text(
         json.dumps({"eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2) + "\n"

@@ -47,7 +47,8 @@ from vllm.model_executor.models.utils import (
 )
 from vllm.sequence import IntermediateTensors
 
-from .spark2_5_config import SLIDING, Spark2_5Config
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.names import SLIDING
 
 # Checkpoint prefixes under which DSpark draft weights ship inside a target
 # checkpoint; the target model never loads them (the draft model does).

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Field checks shared by the model and DSpark configs.
+
+Each raises ``ValueError`` naming the field and the value it got, so a bad
+``config.json`` fails at load time with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_spark2_5_plugin.names import LAYER_TYPES
+
+
+def is_int(value: Any) -> bool:
+    """An ``int`` that is not a ``bool`` (JSON ``true`` is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_positive_int(value: Any) -> bool:
+    return is_int(value) and value > 0
+
+
+def require_positive_int(name: str, value: Any, hint: str = "") -> None:
+    if not is_positive_int(value):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}{hint}")
+
+
+def require_positive_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def require_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def require_layer_types(name: str, value: Any, what: str) -> None:
+    """A non-empty list of layer types; ``what`` says what each entry is for."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(
+            f"{name} must be a non-empty list of {list(LAYER_TYPES)} ({what}), "
+            f"got {value!r}"
+        )
+    for i, layer_type in enumerate(value):
+        if layer_type not in LAYER_TYPES:
+            raise ValueError(
+                f"{name}[{i}] is {layer_type!r}; expected one of {list(LAYER_TYPES)}"
+            )
