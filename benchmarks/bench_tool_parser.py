@@ -89,27 +89,35 @@ def token_deltas(tokenizer, ids: list[int]) -> list[tuple[str, list[int]]]:
     return deltas
 
 
+def best_of(repeats, make_parser, run) -> tuple[float, int]:
+    """Best time of ``run(parser)`` over fresh parsers, and what it returned."""
+    best, found = float("inf"), 0
+    for _ in range(repeats):
+        parser = make_parser()
+        start = time.perf_counter()
+        found = run(parser)
+        best = min(best, time.perf_counter() - start)
+    return best, found
+
+
 def time_non_streaming(
     parser_cls, tokenizer, request, text, repeats
 ) -> tuple[float, int]:
-    best, calls = float("inf"), 0
-    for _ in range(repeats):
-        parser = parser_cls(tokenizer, request.tools)
-        start = time.perf_counter()
-        result = parser.extract_tool_calls(text, request)
-        best = min(best, time.perf_counter() - start)
-        calls = len(result.tool_calls)
-    return best, calls
+    """One ``extract_tool_calls``; returns (seconds, calls found)."""
+
+    def run(parser) -> int:
+        return len(parser.extract_tool_calls(text, request).tool_calls)
+
+    return best_of(repeats, lambda: parser_cls(tokenizer, request.tools), run)
 
 
 def time_streaming(
     parser_cls, tokenizer, request, deltas, repeats
 ) -> tuple[float, int]:
-    best, calls = float("inf"), 0
-    for _ in range(repeats):
-        parser = parser_cls(tokenizer, request.tools)
+    """One delta per token, then ``finish_streaming()``; (seconds, names sent)."""
+
+    def run(parser) -> int:
         names = 0
-        start = time.perf_counter()
         for delta_text, delta_ids in deltas:
             message = parser.extract_tool_calls_streaming(
                 "", delta_text, delta_text, [], delta_ids, delta_ids, request
@@ -121,9 +129,9 @@ def time_streaming(
         finish = getattr(parser, "finish_streaming", None)
         if finish is not None:
             finish()
-        best = min(best, time.perf_counter() - start)
-        calls = names
-    return best, calls
+        return names
+
+    return best_of(repeats, lambda: parser_cls(tokenizer, request.tools), run)
 
 
 def main() -> None:

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
-from vllm_spark2_5_plugin.tool_parsers.spark25 import (
-    Spark25ToolParser,
-    convert_value,
-)
+from vllm_spark2_5_plugin.tool_parsers.spark25 import Spark25ToolParser
+from vllm_spark2_5_plugin.tool_parsers.values import convert_value
 
 
 def _function(name: str, properties: dict | None = None) -> dict:
@@ -340,6 +338,17 @@ class StreamResult:
     calls: list[dict]  # by index: {"id", "name", "arguments"}
 
 
+def merge_tool_call_delta(calls: dict[int, dict], tc) -> dict:
+    """Add one streamed tool-call delta to ``calls`` (by index); its entry."""
+    entry = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+    if tc.function and tc.function.name is not None:
+        assert entry["name"] is None, "a call's name must be sent once"
+        entry["name"] = tc.function.name
+    if tc.function and tc.function.arguments:
+        entry["arguments"] += tc.function.arguments
+    return entry
+
+
 def run_streaming(
     chunks: list[str], request: ChatCompletionRequest, token_ids=None
 ) -> StreamResult:
@@ -363,17 +372,10 @@ def run_streaming(
             continue
         content += delta.content or ""
         for tc in delta.tool_calls:
-            entry = calls.setdefault(
-                tc.index, {"id": None, "name": None, "arguments": ""}
-            )
+            entry = merge_tool_call_delta(calls, tc)
             if tc.id is not None:
                 assert entry["id"] is None, "a call's id must be sent once"
                 entry["id"] = tc.id
-            if tc.function and tc.function.name is not None:
-                assert entry["name"] is None, "a call's name must be sent once"
-                entry["name"] = tc.function.name
-            if tc.function and tc.function.arguments:
-                entry["arguments"] += tc.function.arguments
     assert sorted(calls) == list(range(len(calls))), "indices must be 0, 1, 2, ..."
     return StreamResult(content, [calls[i] for i in sorted(calls)])
 

@@ -5,6 +5,8 @@
   streaming under random chunkings agrees with non-streaming.
 * Random well-formed outputs rendered from a known list of calls: the parser
   returns exactly those calls and the text between them.
+* The scanner alone (no vLLM objects): its events do not depend on how the
+  output is cut into pieces.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_tool_parser import make_request, run_non_streaming, run_streaming
 
-from vllm_spark2_5_plugin.tool_parsers.spark25 import STRUCTURAL_TAGS
+from vllm_spark2_5_plugin.names import STRUCTURAL_TAGS
+from vllm_spark2_5_plugin.tool_parsers.scanner import (
+    ArgumentsEvent,
+    CallEndEvent,
+    CallStartEvent,
+    ContentEvent,
+    Spark25CallScanner,
+)
 
 KNOWN = ["get_weather", "typed", "ping", "search"]
 PIECES = [
@@ -171,3 +180,53 @@ def test_rendered_calls_parse_back_exactly(segments, tail, ws, cuts):
         assert stream.content == ""
     else:
         assert stream.content == expected_content
+
+
+# -- the scanner on its own ------------------------------------------------------
+
+SCANNER_SCHEMAS = {
+    "get_weather": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "ping": {},
+}
+whole_calls = st.sampled_from(
+    [
+        "<tool_call>ping</tool_call>",
+        "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value>",
+        "<arg_key>days</arg_key> <arg_value> 4 </arg_value>\n</tool_call>",
+        "<tool_call> get_weather <arg_key>city</arg_key><arg_value>a < b",
+    ]
+)
+scanner_outputs = st.lists(st.one_of(piece, whole_calls), max_size=30).map("".join)
+
+
+def scan(chunks: list[str]) -> tuple:
+    """(content, started calls, ended calls, arguments by index) of a run."""
+    scanner = Spark25CallScanner(SCANNER_SCHEMAS)
+    events = [e for chunk in chunks for e in scanner.feed(chunk)]
+    events += scanner.finish()
+    assert scanner.feed("more") == [] and scanner.finish() == []
+    content = "".join(e.text for e in events if isinstance(e, ContentEvent))
+    started = [(e.index, e.name) for e in events if isinstance(e, CallStartEvent)]
+    ended = [
+        (e.index, e.name, e.arguments) for e in events if isinstance(e, CallEndEvent)
+    ]
+    arguments: dict[int, str] = {}
+    for e in events:
+        if isinstance(e, ArgumentsEvent):
+            arguments[e.index] = arguments.get(e.index, "") + e.text
+    return content, started, ended, arguments
+
+
+@SETTINGS
+@given(output=scanner_outputs, cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_scanner_events_do_not_depend_on_chunking(output, cuts):
+    whole = scan([output])
+    assert scan(chunk_by(output, cuts)) == whole
+    assert scan(list(output) or [""]) == whole
+    content, started, ended, arguments = whole
+    assert content_after_removing_calls(output, content, len(ended))
+    assert [i for i, _ in started] == list(range(len(started)))
+    for index, name, call_arguments in ended:
+        assert (index, name) in started
+        assert arguments[index] == call_arguments
+        assert isinstance(json.loads(call_arguments), dict)

@@ -22,6 +22,7 @@ from test_tool_parser import (
     StreamResult,
     assert_stream_matches_case,
     make_request,
+    merge_tool_call_delta,
 )
 
 TOKENS_PER_DELTA = [1, 2, 3, 5, 8]
@@ -90,15 +91,8 @@ def stream_through_vllm(parser_cls, tokenizer, request, ids, group) -> StreamRes
             continue
         content += delta.content or ""
         for tc in delta.tool_calls:
-            entry = calls.setdefault(
-                tc.index, {"id": None, "name": None, "arguments": ""}
-            )
+            entry = merge_tool_call_delta(calls, tc)
             entry["id"] = entry["id"] or tc.id
-            if tc.function and tc.function.name:
-                assert entry["name"] is None
-                entry["name"] = tc.function.name
-            if tc.function and tc.function.arguments:
-                entry["arguments"] += tc.function.arguments
     return StreamResult(content, [calls[i] for i in sorted(calls)])
 
 
