@@ -67,7 +67,6 @@ def test_defaults_fill_optional_fields():
     assert s.markov_head_type == "vanilla" and s.enable_confidence_head is False
     assert s.layer_types == (SLIDING,) and s.num_layers == 1
     assert s.sliding_window == TINY_CONFIG["sliding_window"]
-    assert s.aux_layer_ids == (2, 4)
     assert config.dspark_layer_types == [SLIDING]
 
 
@@ -221,9 +220,6 @@ def registered():
     import vllm_spark2_5_plugin
 
     vllm_spark2_5_plugin.register()
-    from vllm.config.speculative import SpeculativeConfig
-
-    assert getattr(SpeculativeConfig.update_arch_, "_spark2_5_dspark_hook", False)
 
 
 def variant(base: Path, tmp_path: Path, **changes) -> Path:
@@ -386,21 +382,23 @@ def test_engine_args_report_the_field_before_anything_loads(
     assert "num_speculative_tokens=3" in text and "dspark_block_size=4" in text
 
 
-def test_hook_is_installed_once_and_only_acts_on_spark2_5_dspark(registered):
+def test_hooks_are_installed_once_and_only_act_on_spark2_5_dspark(registered):
     from types import SimpleNamespace
 
+    from vllm.config import VllmConfig
     from vllm.config.speculative import SpeculativeConfig
 
     from vllm_spark2_5_plugin.configs.dspark import (
-        _is_spark2_5_dspark,
-        install_speculative_config_hook,
+        install_dspark_config_hooks,
+        is_spark2_5_dspark,
     )
 
-    wrapper = SpeculativeConfig.update_arch_
-    install_speculative_config_hook()
-    install_speculative_config_hook()
-    assert SpeculativeConfig.update_arch_ is wrapper
-    assert not getattr(wrapper.__wrapped__, "_spark2_5_dspark_hook", False)
+    wrappers = (SpeculativeConfig.update_arch_, VllmConfig.__post_init__)
+    install_dspark_config_hooks()
+    install_dspark_config_hooks()
+    assert (SpeculativeConfig.update_arch_, VllmConfig.__post_init__) == wrappers
+    for wrapper in wrappers:  # exactly one layer of wrapping around vLLM's
+        assert not hasattr(wrapper.__wrapped__, "__wrapped__")
 
     def spec(method, model_type):
         target = SimpleNamespace(hf_config=SimpleNamespace(model_type=model_type))
@@ -408,6 +406,46 @@ def test_hook_is_installed_once_and_only_acts_on_spark2_5_dspark(registered):
             method=method, target_model_config=target, draft_model_config=object()
         )
 
-    assert _is_spark2_5_dspark(spec("dspark", "spark2_5"))
-    assert not _is_spark2_5_dspark(spec("dspark", "qwen3"))
-    assert not _is_spark2_5_dspark(spec("eagle3", "spark2_5"))
+    assert is_spark2_5_dspark(spec("dspark", "spark2_5"))
+    assert not is_spark2_5_dspark(spec("dspark", "qwen3"))
+    assert not is_spark2_5_dspark(spec("eagle3", "spark2_5"))
+
+
+V1_REFUSAL = "Model Runner V1 does not support: dspark speculative decoding"
+
+
+@pytest.mark.parametrize(
+    ("engine_fields", "config_changes", "refusal"),
+    [
+        ({"dtype": "float32"}, {}, r"dtype=float32: .* --dtype bfloat16"),
+        (
+            {"dtype": "bfloat16", "kv_cache_dtype": "fp8"},
+            {},
+            r"kv_cache_dtype=fp8: .* --kv-cache-dtype auto",
+        ),
+        ({"dtype": "bfloat16"}, {"head_dim": 80}, r"head_dim=80: .*power of two"),
+        # Settings the draft can run pass our check and reach vLLM's own
+        # verdict, which on this CPU build is that DSpark needs a GPU.
+        ({"dtype": "bfloat16"}, {}, V1_REFUSAL),
+        (
+            {"dtype": "float32"},
+            {"dspark_layer_types": [FULL]},  # no sliding layer, no kernel
+            V1_REFUSAL,
+        ),
+    ],
+)
+def test_settings_the_draft_cannot_run_are_refused_at_start_up(
+    registered, dspark_checkpoint, tmp_path, engine_fields, config_changes, refusal
+):
+    """Refused while vLLM builds its config, before any process or weight."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    path = variant(dspark_checkpoint, tmp_path, **config_changes)
+    args = EngineArgs(
+        model=str(path),
+        max_model_len=256,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 4},
+        **engine_fields,
+    )
+    with pytest.raises(ValueError, match=refusal):
+        args.create_engine_config()

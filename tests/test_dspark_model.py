@@ -24,11 +24,8 @@ from safetensors.torch import load_file
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
-from vllm_spark2_5_plugin.references.spark2_5 import (
-    Spark2_5Reference,
-    attention,
-    causal_mask,
-)
+from vllm_spark2_5_plugin.references.layers import attention, causal_mask
+from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
 BLOCK = 4  # TINY_DSPARK's dspark_block_size = num_speculative_tokens
 PAGE = 4  # KV-cache block size of the test caches
@@ -244,26 +241,42 @@ class DraftStep:
             self.draft.precompute_and_store_context_kv(c, positions, slot_arg)
         return c
 
-    def forward(self, block_ids: list[list[int]]) -> torch.Tensor:
-        """The block forward under a forward context with per-layer metadata."""
+    def forward(
+        self, block_ids: list[list[int]], padding_requests: int = 0
+    ) -> torch.Tensor:
+        """The block forward under a forward context with per-layer metadata.
+
+        ``padding_requests`` appends requests the way a FULL CUDA graph pads a
+        batch: they own query rows but no sequence (``seq_lens`` 0), their
+        block-table rows point at the null page and their slots are -1.
+        """
         from vllm.forward_context import set_forward_context
 
-        lens = torch.tensor(self.context_lens)
-        qsl = torch.arange(len(block_ids) + 1, dtype=torch.int32) * BLOCK
-        positions = torch.cat([torch.arange(L, L + BLOCK) for L in self.context_lens])
+        lens = torch.tensor(self.context_lens + [0] * padding_requests)
+        num_reqs = len(block_ids) + padding_requests
+        qsl = torch.arange(num_reqs + 1, dtype=torch.int32) * BLOCK
+        positions = torch.cat(
+            [torch.arange(L, L + BLOCK) for L in self.context_lens]
+            + [torch.zeros(BLOCK, dtype=torch.long)] * padding_requests
+        )
         query_slots = torch.cat(
             [
                 slots(self.table, r, torch.arange(L, L + BLOCK))
                 for r, L in enumerate(self.context_lens)
             ]
+            + [torch.full((BLOCK,), -1, dtype=torch.long)] * padding_requests
+        )
+        table = torch.cat(
+            [self.table, self.table.new_zeros(padding_requests, self.table.shape[1])]
         )
         metadata = DraftMetadata(
             query_start_loc=qsl,
-            seq_lens=(lens + BLOCK).to(torch.int32),
-            block_table=self.table,
+            seq_lens=torch.where(lens > 0, lens + BLOCK, 0).to(torch.int32),
+            block_table=table,
             slot_mapping=query_slots,
         )
         names = self.draft.get_draft_kv_cache_layer_names()
+        block_ids = block_ids + [[0] * BLOCK] * padding_requests
         ids = torch.tensor([t for blk in block_ids for t in blk], dtype=torch.int32)
         with (
             torch.inference_mode(),
@@ -480,6 +493,19 @@ def test_block_forward_and_base_logits_match_reference(built: Built):
             kv_cache, step.table, 1, torch.arange(22, 22 + BLOCK), head_dim
         )
         assert k.abs().sum() > 0
+
+
+def test_cuda_graph_padding_requests_leave_real_requests_exact(built: Built):
+    """A padded batch (rows without a sequence) gives the real rows unchanged
+    and finite padding rows; the padding's context length is clamped at 0."""
+    step = DraftStep(built, context_lens=[7, 22])
+    step.store_context()
+    blocks = [step.block(a) for a in (3, 101)]
+    plain = step.forward(blocks).clone()
+    padded = step.forward(blocks, padding_requests=2)
+    real_rows = 2 * BLOCK
+    torch.testing.assert_close(padded[:real_rows], plain, atol=0, rtol=0)
+    assert torch.isfinite(padded[real_rows:]).all()
 
 
 def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):

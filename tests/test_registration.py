@@ -26,6 +26,7 @@ def where(arch):
 print("TARGET", where("Spark2_5ForCausalLM"))
 print("DRAFT", where("Spark2_5DSparkForCausalLM"))
 print("CONFIG", "spark2_5" in _CONFIG_REGISTRY)
+print("CONFIG_CLASS", getattr(_CONFIG_REGISTRY.get("spark2_5"), "__module__", None))
 print("PARSER", ToolParserManager.lazy_parsers.get("spark25", (None,))[0])
 {after}
 """
@@ -60,7 +61,7 @@ vllm_spark2_5_plugin.register()  # idempotent: no second registration, no second
     heavy = {
         "vllm_spark2_5_plugin.models.spark2_5",
         "vllm_spark2_5_plugin.models.spark2_5_dspark",
-        "vllm_spark2_5_plugin.ops.fixed_history_attention",
+        "vllm_spark2_5_plugin.ops.fixed_history",
         "vllm_spark2_5_plugin.tool_parsers.spark25",
     }
     assert "vllm_spark2_5_plugin.configs.spark2_5" in imported
@@ -90,33 +91,55 @@ def test_vllm_plugins_allowlist_matches_the_entry_point_name(allowlist, loaded):
 
 
 IN_TREE = """
+from transformers import LlamaConfig
 from vllm import ModelRegistry
 from vllm.tool_parsers import ToolParserManager
-# Pretend this vLLM ships Spark2_5 itself.
+from vllm.transformers_utils.config import _CONFIG_REGISTRY
+# Pretend this vLLM ships Spark2_5 itself: target, draft, config class, and a
+# tool parser that was already imported (cached as a resolved class).
 ModelRegistry.register_model(
     "Spark2_5ForCausalLM", "vllm.model_executor.models.llama:LlamaForCausalLM"
 )
+ModelRegistry.register_model(
+    "Spark2_5DSparkForCausalLM",
+    "vllm.model_executor.models.qwen3_dspark:Qwen3DSparkModel",
+)
+_CONFIG_REGISTRY["spark2_5"] = LlamaConfig
 ToolParserManager.register_lazy_module(
     "spark25", "vllm.tool_parsers.glm47_moe_tool_parser", "Glm47MoeModelToolParser"
 )
+ToolParserManager.get_tool_parser("spark25")
 """
+# The class a server would get for --tool-call-parser spark25.
+RESOLVE = (
+    'print("PARSER_CLASS", ToolParserManager.get_tool_parser("spark25").__module__)'
+)
 
 
 def test_stands_down_when_vllm_already_provides_the_model():
-    lines, log = load(before=IN_TREE, env={"SPARK2_5_PLUGIN_OVERRIDE": "0"})
+    lines, log = load(
+        before=IN_TREE, after=RESOLVE, env={"SPARK2_5_PLUGIN_OVERRIDE": "0"}
+    )
     assert lines["TARGET"] == "vllm.model_executor.models.llama"
+    assert lines["DRAFT"] == "vllm.model_executor.models.qwen3_dspark"
+    assert lines["CONFIG_CLASS"] == "transformers.models.llama.configuration_llama"
     assert lines["PARSER"] == "vllm.tool_parsers.glm47_moe_tool_parser"
-    assert lines["DRAFT"] == "None"
+    assert lines["PARSER_CLASS"] == "vllm.tool_parsers.glm47_moe_tool_parser"
     assert "already provides Spark2_5ForCausalLM" in log
     assert "SPARK2_5_PLUGIN_OVERRIDE=1" in log
     assert SUCCESS not in log
 
 
 def test_override_makes_the_plugin_model_draft_and_parser_win():
-    lines, log = load(before=IN_TREE, env={"SPARK2_5_PLUGIN_OVERRIDE": "1"})
+    lines, log = load(
+        before=IN_TREE, after=RESOLVE, env={"SPARK2_5_PLUGIN_OVERRIDE": "1"}
+    )
     assert lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5"
     assert lines["DRAFT"] == "vllm_spark2_5_plugin.models.spark2_5_dspark"
+    assert lines["CONFIG_CLASS"] == "vllm_spark2_5_plugin.configs.spark2_5"
     assert lines["PARSER"] == "vllm_spark2_5_plugin.tool_parsers.spark25"
+    # The glm47 class that was already resolved no longer shadows ours.
+    assert lines["PARSER_CLASS"] == "vllm_spark2_5_plugin.tool_parsers.spark25"
     assert SUCCESS in log and "[override]" in log
 
 
@@ -139,6 +162,24 @@ def test_warns_when_running_vllm_differs_from_tested():
     lines, log = load(before="import vllm; vllm.__version__ = '0.33.1'")
     assert lines["TARGET"] == "vllm_spark2_5_plugin.models.spark2_5"
     assert "tested with vLLM 0.32.0 but running vLLM 0.33.1" in log
+
+
+def test_a_newer_vllm_that_moved_an_internal_fails_in_one_message():
+    lines, log = load(
+        before="""
+import vllm
+vllm.__version__ = '0.33.1'
+from vllm.config.speculative import SpeculativeConfig
+del SpeculativeConfig.update_arch_  # as if a release renamed it
+""",
+        after="print('STILL_RUNNING yes')",
+    )
+    assert lines["STILL_RUNNING"] == "yes"
+    assert lines["TARGET"] == "None"  # nothing half-registered
+    failure = next(line for line in log.splitlines() if "registration failed" in line)
+    assert "speculative_update_arch" in log and "update_arch_" in log
+    assert "differs from the one the plugin was written for in 1 place" in log
+    assert failure  # one error line; the rest of vLLM carries on
 
 
 @pytest.mark.parametrize("trust_remote_code", [False, True])

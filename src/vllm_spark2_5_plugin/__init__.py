@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM general plugin that adds Spark2_5 models to an unmodified vLLM 0.32.0.
 
 vLLM calls :func:`register` through the ``vllm.general_plugins`` entry point
@@ -11,19 +12,21 @@ from __future__ import annotations
 
 import os
 
+from vllm_spark2_5_plugin.names import (
+    DRAFT_ARCH,
+    MODEL_TYPE,
+    OVERRIDE_ENV,
+    PLUGIN_NAME,
+    TARGET_ARCH,
+    TOOL_PARSER_NAME,
+)
+
 __all__ = ["TESTED_VLLM", "register"]
 
 __version__ = "0.1.0"
 
 #: The vLLM release this plugin was written and tested against.
 TESTED_VLLM = "0.32.0"
-
-PLUGIN_NAME = "vllm-spark2_5-plugin"
-MODEL_TYPE = "spark2_5"
-TARGET_ARCH = "Spark2_5ForCausalLM"
-DRAFT_ARCH = "Spark2_5DSparkForCausalLM"
-TOOL_PARSER_NAME = "spark25"
-OVERRIDE_ENV = "SPARK2_5_PLUGIN_OVERRIDE"
 
 _TARGET_CLASS = f"{__name__}.models.spark2_5:{TARGET_ARCH}"
 _DRAFT_CLASS = f"{__name__}.models.spark2_5_dspark:{DRAFT_ARCH}"
@@ -43,61 +46,47 @@ def _override_requested() -> bool:
     return os.environ.get(OVERRIDE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def _is_ours(module_name: str) -> bool:
-    return module_name == __name__ or module_name.startswith(__name__ + ".")
-
-
-def _foreign_model(arch: str) -> str | None:
-    """Return where ``arch`` comes from if something other than us registered it."""
-    from vllm import ModelRegistry
-
-    existing = ModelRegistry.models.get(arch)
-    if existing is None:
+def _foreign(module: str | None) -> str | None:
+    """``module`` unless it is one of ours (or nothing is registered)."""
+    if module is None or module == __name__ or module.startswith(__name__ + "."):
         return None
-    module = getattr(existing, "module_name", None)
-    if module is None:  # an eagerly registered class
-        module = getattr(getattr(existing, "model_cls", None), "__module__", "?")
-    return None if _is_ours(module) else module
+    return module
 
 
-def _foreign_tool_parser(name: str) -> str | None:
-    from vllm.tool_parsers import ToolParserManager
+def _running_release() -> str:
+    import vllm
+    from packaging.version import InvalidVersion, Version
 
-    if name in ToolParserManager.tool_parsers:
-        module = ToolParserManager.tool_parsers[name].__module__
-    elif name in ToolParserManager.lazy_parsers:
-        module = ToolParserManager.lazy_parsers[name][0]
-    else:
-        return None
-    return None if _is_ours(module) else module
-
-
-def _register_config(override: bool) -> None:
-    from transformers import AutoConfig
-    from vllm.transformers_utils.config import _CONFIG_REGISTRY
-
-    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
-
-    existing = _CONFIG_REGISTRY.get(MODEL_TYPE)
-    if existing is not None and existing is not Spark2_5Config and not override:
-        return
-    # vLLM's own registry makes vLLM build the config without remote code, even
-    # when the checkpoint has an auto_map and --trust-remote-code is given;
-    # AutoConfig covers the tokenizer/processor paths that go through
-    # Transformers directly.
-    _CONFIG_REGISTRY[MODEL_TYPE] = Spark2_5Config
-    AutoConfig.register(MODEL_TYPE, Spark2_5Config, exist_ok=True)
+    try:
+        return Version(vllm.__version__).public
+    except InvalidVersion:
+        return vllm.__version__
 
 
 def _register() -> None:
     import vllm
-    from packaging.version import InvalidVersion, Version
     from vllm import ModelRegistry
+    from vllm.tool_parsers import ToolParserManager
+
+    from vllm_spark2_5_plugin import vllm_seam
+    from vllm_spark2_5_plugin.configs.dspark import install_dspark_config_hooks
 
     log = _logger()
-    override = _override_requested()
+    if _running_release() != TESTED_VLLM:
+        log.warning(
+            "%s: tested with vLLM %s but running vLLM %s; if loading fails, install "
+            "vllm==%s or a plugin release made for your vLLM.",
+            PLUGIN_NAME,
+            TESTED_VLLM,
+            vllm.__version__,
+            TESTED_VLLM,
+        )
+        # One error that names every internal the plugin relies on and this
+        # vLLM changed, instead of failures scattered over later steps.
+        vllm_seam.require_hook_points()
 
-    in_tree = _foreign_model(TARGET_ARCH)
+    override = _override_requested()
+    in_tree = _foreign(vllm_seam.registered_model_module(TARGET_ARCH))
     if in_tree is not None and not override:
         log.info(
             "%s: vLLM %s already provides %s (%s); standing down and leaving it "
@@ -112,19 +101,20 @@ def _register() -> None:
         return
 
     ModelRegistry.register_model(TARGET_ARCH, _TARGET_CLASS)
-    if override or _foreign_model(DRAFT_ARCH) is None:
+    if override or _foreign(vllm_seam.registered_model_module(DRAFT_ARCH)) is None:
         ModelRegistry.register_model(DRAFT_ARCH, _DRAFT_CLASS)
-    from vllm_spark2_5_plugin.configs.dspark import install_speculative_config_hook
+    install_dspark_config_hooks()
 
-    install_speculative_config_hook()
-    _register_config(override)
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 
-    from vllm.tool_parsers import ToolParserManager
+    existing = vllm_seam.registered_config_class(MODEL_TYPE)
+    if override or existing is None or existing is Spark2_5Config:
+        vllm_seam.register_config_class(MODEL_TYPE, Spark2_5Config)
 
-    if override and TOOL_PARSER_NAME in ToolParserManager.tool_parsers:
-        # A resolved parser is cached eagerly and would shadow a lazy entry.
-        del ToolParserManager.tool_parsers[TOOL_PARSER_NAME]
-    if override or _foreign_tool_parser(TOOL_PARSER_NAME) is None:
+    if override:
+        vllm_seam.forget_resolved_tool_parser(TOOL_PARSER_NAME)
+    parser_owner = _foreign(vllm_seam.registered_tool_parser_module(TOOL_PARSER_NAME))
+    if override or parser_owner is None:
         ToolParserManager.register_lazy_module(TOOL_PARSER_NAME, *_TOOL_PARSER)
 
     log.info(
@@ -136,19 +126,6 @@ def _register() -> None:
         vllm.__version__,
         " [override]" if in_tree is not None else "",
     )
-    try:
-        running = Version(vllm.__version__).public
-    except InvalidVersion:
-        running = vllm.__version__
-    if running != TESTED_VLLM:
-        log.warning(
-            "%s: tested with vLLM %s but running vLLM %s; if loading fails, install "
-            "vllm==%s or a plugin release made for your vLLM.",
-            PLUGIN_NAME,
-            TESTED_VLLM,
-            vllm.__version__,
-            TESTED_VLLM,
-        )
 
 
 def register() -> None:

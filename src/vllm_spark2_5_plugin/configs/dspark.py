@@ -1,14 +1,17 @@
-"""DSpark draft settings for Spark2_5: aliases, validation and vLLM's config hook.
+# SPDX-License-Identifier: Apache-2.0
+"""DSpark draft settings for Spark2_5: aliases, validation and vLLM's config hooks.
 
-DSpark settings live in the target checkpoint's ``config.json`` (SPEC §4). This
-module
+DSpark settings live in the target checkpoint's ``config.json`` (see
+``docs/dspark.md``). This module
 
 * brings the accepted spellings to one canonical set of ``dspark_*`` fields
   (:func:`normalize_dspark_config`),
 * checks them and returns them as plain values (:func:`read_dspark_settings`),
   raising ``ValueError`` that names the field, the value and the fix, and
-* installs a wrapper around ``SpeculativeConfig.update_arch_``
-  (:func:`install_speculative_config_hook`).
+* hooks vLLM's config building (:func:`install_dspark_config_hooks`, through
+  :mod:`vllm_spark2_5_plugin.vllm_seam`): the Spark2_5 draft is put back after
+  vLLM's DeepSeek-V4 fallback, and settings the draft cannot run are refused
+  before any process starts.
 
 Why the hook: vLLM 0.32.0 sends every ``{"method": "dspark"}`` draft whose
 architecture it does not know to its DeepSeek-V4 fallback, which renames the
@@ -24,7 +27,6 @@ Only Transformers-free, torch-free code lives here; vLLM is imported lazily.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +46,6 @@ from vllm_spark2_5_plugin.names import (
     SLIDING,
 )
 
-# Marks our wrapper so that installing twice never wraps twice.
-_HOOK_MARK = "_spark2_5_dspark_hook"
-
 
 @dataclass(frozen=True)
 class DSparkSettings:
@@ -65,11 +64,6 @@ class DSparkSettings:
     def num_layers(self) -> int:
         return len(self.layer_types)
 
-    @property
-    def aux_layer_ids(self) -> tuple[int, ...]:
-        """vLLM's EAGLE-3 aux ids: id k is the stream entering layer k."""
-        return tuple(i + 1 for i in self.target_layer_ids)
-
 
 def _missing(config: Any, name: str) -> bool:
     return getattr(config, name, None) is None
@@ -81,7 +75,7 @@ def normalize_dspark_config(config: Any) -> None:
     A value given under both spellings must agree. The alias is kept (with the
     same value), because vLLM itself reads some aliases first (``block_size``
     for the default number of speculative tokens, ``mask_token_id`` for the
-    noise token). Defaults of SPEC §4 fill the optional fields. Idempotent.
+    noise token). The documented defaults fill the optional fields. Idempotent.
     """
     for canonical, alias in DSPARK_ALIASES.items():
         value = getattr(config, canonical, None)
@@ -262,7 +256,8 @@ def check_speculative_settings(
 # ---------------------------------------------------------------------------
 
 
-def _is_spark2_5_dspark(spec_config: Any) -> bool:
+def is_spark2_5_dspark(spec_config: Any) -> bool:
+    """Whether ``spec_config`` drafts with DSpark for a Spark2_5 target."""
     if getattr(spec_config, "method", None) != DSPARK_METHOD:
         return False
     target = getattr(spec_config, "target_model_config", None)
@@ -307,43 +302,74 @@ def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     return settings
 
 
-def install_speculative_config_hook() -> None:
-    """Wrap ``SpeculativeConfig.update_arch_`` once per process (idempotent).
+def check_dspark_engine_config(vllm_config: Any) -> None:
+    """Refuse, at start-up, DSpark settings the draft cannot run.
 
-    The wrapper acts only for ``method == "dspark"`` with a ``spark2_5``
-    target; every other speculative config goes straight to vLLM's method.
+    Sliding draft layers attend through the fixed-history Triton kernel, which
+    reads fp16/bf16 paged caches with power-of-two head sizes. Without this
+    check such a setting loads the whole model and then kills the engine in
+    its warm-up, with the real reason buried in the engine log.
     """
-    from vllm.config.speculative import SpeculativeConfig
+    from vllm_spark2_5_plugin.ops.limits import (
+        unsupported_dtype_reason,
+        unsupported_head_dim_reason,
+    )
 
-    current = SpeculativeConfig.update_arch_
-    if getattr(current, _HOOK_MARK, False):
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or not is_spark2_5_dspark(spec):
         return
+    draft_hf = spec.draft_model_config.hf_config
+    normalize_dspark_config(draft_hf)
+    if SLIDING not in draft_hf.dspark_layer_types:
+        return  # full draft layers use vLLM's own attention backend
+    dtype = str(spec.draft_model_config.dtype).removeprefix("torch.")
+    kernel = "Spark2_5 DSpark's sliding draft layers run on the fixed-history kernel"
+    reason = unsupported_dtype_reason(dtype)
+    if reason is not None:
+        raise ValueError(
+            f"dtype={dtype}: {reason}. {kernel}: serve with --dtype bfloat16 (or "
+            "float16), or without --speculative-config"
+        )
+    cache_dtype = getattr(vllm_config.cache_config, "cache_dtype", "auto")
+    if cache_dtype not in ("auto", dtype):
+        raise ValueError(
+            f"kv_cache_dtype={cache_dtype}: {kernel}, which reads the KV cache in "
+            f"the model dtype ({dtype}) only: use --kv-cache-dtype auto, or serve "
+            "without --speculative-config"
+        )
+    reason = unsupported_head_dim_reason(draft_hf.head_dim)
+    if reason is not None:
+        raise ValueError(
+            f"head_dim={draft_hf.head_dim}: {reason}. {kernel}: serve this "
+            "checkpoint without --speculative-config"
+        )
 
-    @functools.wraps(current)
-    def update_arch_(self, *args: Any, **kwargs: Any) -> Any:
-        if _is_spark2_5_dspark(self):
-            restore_spark2_5_draft(self)
-        return current(self, *args, **kwargs)
 
-    setattr(update_arch_, _HOOK_MARK, True)
-    SpeculativeConfig.update_arch_ = update_arch_
+def _restore_if_spark2_5(spec_config: Any) -> None:
+    if is_spark2_5_dspark(spec_config):
+        restore_spark2_5_draft(spec_config)
 
 
-def uninstall_speculative_config_hook() -> None:
-    """Undo :func:`install_speculative_config_hook` (for tests)."""
-    from vllm.config.speculative import SpeculativeConfig
+def install_dspark_config_hooks() -> None:
+    """Hook the two config steps (idempotent; other models are untouched).
 
-    current = SpeculativeConfig.update_arch_
-    if getattr(current, _HOOK_MARK, False):
-        SpeculativeConfig.update_arch_ = current.__wrapped__
+    * ``SpeculativeConfig.update_arch_``: undo vLLM's DeepSeek-V4 fallback
+      for Spark2_5 drafts (:func:`restore_spark2_5_draft`);
+    * before ``VllmConfig`` validation: :func:`check_dspark_engine_config`.
+    """
+    from vllm_spark2_5_plugin import vllm_seam
+
+    vllm_seam.wrap_speculative_update_arch(_restore_if_spark2_5)
+    vllm_seam.check_before_vllm_config(check_dspark_engine_config)
 
 
 __all__ = [
     "DSparkSettings",
+    "check_dspark_engine_config",
     "check_speculative_settings",
-    "install_speculative_config_hook",
+    "install_dspark_config_hooks",
+    "is_spark2_5_dspark",
     "normalize_dspark_config",
     "read_dspark_settings",
     "restore_spark2_5_draft",
-    "uninstall_speculative_config_hook",
 ]

@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spark2_5 decoder for vLLM 0.32.0, built from vLLM's own layers.
 
 Reads top-down: MLP -> Attention -> DecoderLayer -> Model -> ForCausalLM.
-The math is SPEC §3: pre-norm decoder layers with hybrid sliding/full
-attention (RoPE parameters per layer type), a head-wise sigmoid output gate
-(``g_proj``) and a gated GELU MLP.
+Pre-norm decoder layers with hybrid sliding/full attention (RoPE parameters
+per layer type), a head-wise sigmoid output gate (``g_proj``) and a gated GELU
+MLP; the math is written out in ``docs/model.md``.
 """
 
 from collections.abc import Iterable
@@ -48,11 +49,7 @@ from vllm.model_executor.models.utils import (
 from vllm.sequence import IntermediateTensors
 
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
-from vllm_spark2_5_plugin.names import SLIDING
-
-# Checkpoint prefixes under which DSpark draft weights ship inside a target
-# checkpoint; the target model never loads them (the draft model does).
-DRAFT_WEIGHT_PREFIXES = ("draft_model.", "mtp.", "model.mtp.")
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
 
 # Hugging Face layout -> vLLM's fused projections.
 STACKED_PROJECTIONS = {
@@ -245,7 +242,7 @@ class Spark2_5DecoderLayer(nn.Module):
         residual: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # vLLM's fused RMSNorm adds the pending residual before normalising, so
-        # `hidden_states + residual` is the residual stream h of SPEC §3.
+        # `hidden_states + residual` is the residual stream h of docs/model.md.
         if residual is None:
             residual = hidden_states
             hidden_states = self.input_layernorm(hidden_states)
@@ -313,6 +310,17 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(input_ids)
 
+    def _keep_aux(
+        self,
+        aux: list[torch.Tensor],
+        aux_id: int,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+    ) -> None:
+        """Keep the residual stream entering layer ``aux_id`` if it was asked for."""
+        if aux_id in self.aux_hidden_state_layers:
+            aux.append(hidden_states if residual is None else hidden_states + residual)
+
     def forward(
         self,
         input_ids: torch.Tensor | None,
@@ -336,15 +344,13 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
         aux_hidden_states = self.collect_remote_aux_hidden_states(intermediate_tensors)
         local_aux: list[torch.Tensor] = []
         if pp_group.is_first_rank:
-            self._maybe_add_hidden_state(
-                local_aux, self.start_layer, hidden_states, residual
-            )
+            self._keep_aux(local_aux, self.start_layer, hidden_states, residual)
         for idx, layer in enumerate(
             islice(self.layers, self.start_layer, self.end_layer),
             start=self.start_layer,
         ):
             hidden_states, residual = layer(positions, hidden_states, residual)
-            self._maybe_add_hidden_state(local_aux, idx + 1, hidden_states, residual)
+            self._keep_aux(local_aux, idx + 1, hidden_states, residual)
 
         if not pp_group.is_last_rank:
             return IntermediateTensors(

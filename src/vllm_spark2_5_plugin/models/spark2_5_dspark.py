@@ -1,4 +1,5 @@
-"""Spark2_5 DSpark draft model for vLLM 0.32.0 (SPEC §4).
+# SPDX-License-Identifier: Apache-2.0
+"""Spark2_5 DSpark draft model for vLLM 0.32.0 (math: ``docs/dspark.md``).
 
 DSpark drafts a block of ``K = num_speculative_tokens`` tokens per request in
 one parallel pass and then samples it left to right with a small Markov head.
@@ -18,8 +19,11 @@ hooks, in this order every decoding step:
    ``markov_embed(prev)`` / ``markov_bias(e)``, optionally
    ``compute_confidence``.
 
-Reads top-down: heads -> attention -> decoder layer -> model -> ForCausalLM.
-The pure-PyTorch statement of the same math is ``dspark_reference.py``.
+The heads and the draft attention/decoder layer are in
+:mod:`vllm_spark2_5_plugin.models.dspark_layers` (the Markov and confidence
+heads are vLLM's own DSpark heads; ``rnn`` adds its recurrence); this module
+reads top-down: model -> ForCausalLM. The independent pure-PyTorch statement
+of the same math is :mod:`vllm_spark2_5_plugin.references.dspark`.
 """
 
 from __future__ import annotations
@@ -29,318 +33,28 @@ from typing import Any
 
 import torch
 from torch import nn
-from vllm.config import CacheConfig, VllmConfig
+from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
-from vllm.model_executor.layers.quantization import QuantizationConfig
-from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-from vllm.model_executor.model_loader.weight_utils import default_weight_loader
-from vllm.model_executor.models.utils import maybe_prefix
+from vllm.model_executor.models.utils import (
+    AutoWeightsLoader,
+    WeightsMapper,
+    maybe_prefix,
+)
 
 from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
-from vllm_spark2_5_plugin.models.spark2_5 import (
-    DRAFT_WEIGHT_PREFIXES,
-    STACKED_PROJECTIONS,
-    Spark2_5Attention,
-    Spark2_5DecoderLayer,
+from vllm_spark2_5_plugin.models.dspark_layers import (
+    DSparkConfidenceHead,
+    Spark2_5DSparkDecoderLayer,
+    Spark2_5MarkovHead,
 )
-from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.models.spark2_5 import STACKED_PROJECTIONS
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME
 
 logger = init_logger("vllm.spark2_5_plugin.dspark")
-
-# Draft checkpoint names (after the prefix) that live on the inner model.
-_MODEL_LEVEL = ("main_proj.", "main_norm.", "layers.", "norm.", "markov_head.")
-_CONFIDENCE = "confidence_head."
-
-
-# ---------------------------------------------------------------------------
-# Heads
-# ---------------------------------------------------------------------------
-
-
-class Spark2_5MarkovHead(nn.Module):
-    """Low-rank transition bias ``e_i markov_w2^T`` from the previous token.
-
-    ``vanilla``: ``e_i = markov_w1[prev_i]``.
-    ``rnn``:     ``e_i = tanh(markov_w1[prev_i] + e_{i-1} rnn_proj^T)``,
-                 ``e_{-1} = 0`` at every draft step.
-
-    The speculator calls :meth:`embed` K times per draft step with only the
-    previous tokens, so the rnn state ``e_{i-1}`` lives here, in a static
-    ``[max_num_reqs, r]`` buffer. It is zeroed by :meth:`reset_state`, which
-    the draft's ``forward`` calls: vLLM runs exactly one draft forward before
-    the K sequential Markov calls of each step (eagerly and inside the same
-    FULL CUDA graph), so the reset is part of every step. Everything is
-    in-place tensor work on fixed buffers (no host sync, no Python step
-    counter), hence capture-safe; replays reset and advance the same memory.
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        markov_rank: int,
-        head_type: str,
-        max_num_reqs: int,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
-        super().__init__()
-        self.head_type = head_type
-        # Replicated: the head runs once per draft position, sequentially, so
-        # sharding it would add a collective to every position.
-        self.markov_w1 = nn.Embedding(vocab_size, markov_rank)
-        self.markov_w2 = ParallelLMHead(
-            vocab_size,
-            markov_rank,
-            bias=False,
-            quant_config=quant_config,
-            prefix=maybe_prefix(prefix, "markov_w2"),
-            disable_tp=True,
-        )
-        if head_type == "rnn":
-            self.rnn_proj = ReplicatedLinear(
-                markov_rank,
-                markov_rank,
-                bias=False,
-                return_bias=False,
-                prefix=maybe_prefix(prefix, "rnn_proj"),
-            )
-            self.register_buffer(
-                "rnn_state", torch.zeros(max_num_reqs, markov_rank), persistent=False
-            )
-        else:
-            self.rnn_proj = None
-            self.rnn_state = None
-
-    def reset_state(self) -> None:
-        """Start a new draft step: ``e_{-1} = 0`` for every request."""
-        if self.rnn_state is not None:
-            self.rnn_state.zero_()
-
-    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """``[R]`` previous tokens (int32 or int64) -> ``[R, r]`` embedding."""
-        e = self.markov_w1(token_ids)
-        if self.rnn_proj is None:
-            return e
-        num_reqs = token_ids.shape[0]
-        if num_reqs > self.rnn_state.shape[0]:
-            raise ValueError(
-                f"rnn Markov head got {num_reqs} requests but its state holds "
-                f"{self.rnn_state.shape[0]} (max_num_seqs)"
-            )
-        state = self.rnn_state[:num_reqs]
-        e = torch.tanh(e + self.rnn_proj(state.to(e.dtype)))
-        state.copy_(e)
-        return e
-
-    def bias(self, e: torch.Tensor, logits_processor: LogitsProcessor) -> torch.Tensor:
-        """``[R, r]`` -> ``[R, V]`` transition bias ``e markov_w2^T``."""
-        return logits_processor(self.markov_w2, e)
-
-
-class Spark2_5ConfidenceHead(nn.Module):
-    """``sigmoid([h, e] proj^T + b)``: chance that a drafted token is accepted."""
-
-    def __init__(self, input_size: int, prefix: str = "") -> None:
-        super().__init__()
-        # float32 like vLLM's DSpark heads: it is tiny and feeds a threshold.
-        self.proj = ReplicatedLinear(
-            input_size,
-            1,
-            bias=True,
-            return_bias=False,
-            params_dtype=torch.float32,
-            prefix=maybe_prefix(prefix, "proj"),
-        )
-
-    def forward(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([hidden, markov_embed.to(hidden.dtype)], dim=-1).float()
-        return torch.sigmoid(self.proj(x).squeeze(-1))
-
-
-# ---------------------------------------------------------------------------
-# Attention over context + block
-# ---------------------------------------------------------------------------
-
-
-def store_kv_reference(
-    kv_cache: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    head_dim: int,
-) -> None:
-    """Write ``key``/``value`` rows into vLLM's paged cache at ``slot_mapping``.
-
-    ``kv_cache`` is the per-layer ``[num_blocks, nKV, block_size, 2*D]`` view
-    that FlashAttention/Triton use (any strides); ``slot = block *
-    block_size + offset``; negative slots (``PAD_SLOT_ID``) are skipped, and
-    like vLLM's writers only the first ``len(slot_mapping)`` rows are used.
-    Plain PyTorch (with a host-side mask): the CPU/test path. On CUDA the
-    attention backend's own ``do_kv_cache_update`` writes the same layout.
-    """
-    k_cache, v_cache = kv_cache.transpose(1, 2).split(head_dim, dim=-1)
-    block_size = k_cache.shape[1]
-    num = slot_mapping.shape[0]
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    blocks, offsets = slots // block_size, slots % block_size
-    num_kv_heads = k_cache.shape[2]
-    k = key[:num].reshape(num, num_kv_heads, head_dim)[keep]
-    v = value[:num].reshape(num, num_kv_heads, head_dim)[keep]
-    k_cache[blocks, offsets] = k.to(k_cache.dtype)
-    v_cache[blocks, offsets] = v.to(v_cache.dtype)
-
-
-class Spark2_5DSparkAttention(Spark2_5Attention):
-    """A Spark2_5 attention layer whose keys are context K/V plus the block.
-
-    Every block query of a request with ``L`` context tokens sees, with no
-    causal mask, positions ``max(0, L - W_d) .. L+B-1`` (sliding) or
-    ``0 .. L+B-1`` (full). The vLLM ``Attention`` child owns the paged cache
-    and its metadata (for sliding layers it also tells the KV manager the
-    window, so older blocks can be freed). Sliding layers compute with
-    :func:`fixed_history_attention` (FlashAttention/Triton would give each
-    query its own symmetric window instead); full layers use vLLM's backend on
-    CUDA (non-causal, the speculator's metadata). On CPU, where vLLM cannot
-    run DSpark, both use the PyTorch reference of the kernel, which is how
-    the tests run this exact code.
-    """
-
-    def __init__(
-        self,
-        config: Spark2_5Config,
-        layer_type: str,
-        sliding_window: int,
-        cache_config: CacheConfig | None = None,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
-        super().__init__(
-            config,
-            layer_type,
-            sliding_window,
-            cache_config=cache_config,
-            quant_config=quant_config,
-            prefix=prefix,
-        )
-        self.scale = self.head_dim**-0.5
-
-    # -- context K/V -----------------------------------------------------------
-
-    def context_kv(
-        self, states: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``K = RoPE(c Wk (+bk))``, ``V = c Wv (+bv)`` for context features.
-
-        Runs the layer's own fused projection and drops Q: it works for every
-        quantization method and for CPU's packed weights, and the context rows
-        are few next to the target's own work on them.
-        """
-        qkv, _ = self.qkv_proj(states)
-        kv = qkv[:, self.q_size :]
-        k, v = kv.split([self.kv_size, self.kv_size], dim=-1)
-        k = k.contiguous()
-        # RoPE on K only (vLLM's rotary ops take key=None); in place on k.
-        k, _ = self.rotary_emb(positions, k, None)
-        return k, v.contiguous()
-
-    def store_kv(
-        self, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
-    ) -> None:
-        """Write K/V rows into this layer's paged cache."""
-        kv_cache = self.attn.kv_cache
-        if kv_cache.is_cuda:
-            self.attn.impl.do_kv_cache_update(
-                self.attn,
-                key.view(-1, self.num_kv_heads, self.head_dim),
-                value.view(-1, self.num_kv_heads, self.head_dim),
-                kv_cache,
-                slot_mapping,
-            )
-        else:
-            store_kv_reference(kv_cache, key, value, slot_mapping, self.head_dim)
-
-    # -- block forward ---------------------------------------------------------
-
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        qkv, _ = self.qkv_proj(x)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotary_emb(positions, q, k)
-        if self.layer_type == FULL and x.is_cuda:
-            attn_output = self.attn(q, k, v)
-        else:
-            attn_output = self._fixed_history(q, k, v)
-        output, _ = self.o_proj(self.gate(attn_output, x))
-        return output
-
-    def _fixed_history(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:
-        from vllm.model_executor.layers.attention.attention import (
-            get_attention_context,
-        )
-
-        metadata, _, kv_cache, slot_mapping = get_attention_context(
-            self.attn.layer_name
-        )
-        num_tokens = q.shape[0]
-        out = torch.zeros(
-            num_tokens, self.num_heads, self.head_dim, dtype=q.dtype, device=q.device
-        )
-        if metadata is None:  # profiling / dummy run: no cache, no metadata
-            return out.view(num_tokens, -1)
-        if not all(
-            hasattr(metadata, f)
-            for f in ("block_table", "seq_lens", "query_start_loc", "slot_mapping")
-        ):
-            raise RuntimeError(
-                f"Spark2_5 DSpark sliding draft layers read the paged KV cache "
-                f"through FlashAttention/Triton-style metadata, but the draft's "
-                f"attention backend produced {type(metadata).__name__}; set "
-                '"attention_backend": "FLASH_ATTN" (or "TRITON_ATTN") in '
-                "--speculative-config"
-            )
-        if slot_mapping is None:
-            slot_mapping = metadata.slot_mapping
-        self.store_kv(k, v, slot_mapping)
-
-        seq_lens = metadata.seq_lens  # context + block, per request
-        num_reqs = seq_lens.shape[0]
-        query_start_loc = metadata.query_start_loc[: num_reqs + 1]
-        # Clamped: FULL-graph padding requests own query rows but no sequence.
-        context_lens = (seq_lens - query_start_loc.diff()).clamp(min=0).to(torch.int32)
-        k_cache, v_cache = kv_cache.transpose(1, 2).split(self.head_dim, dim=-1)
-        if q.is_cuda:
-            from vllm_spark2_5_plugin.ops.fixed_history_attention import (
-                fixed_history_attention as attend,
-            )
-        else:
-            from vllm_spark2_5_plugin.ops.fixed_history_attention import (
-                fixed_history_attention_reference as attend,
-            )
-        attend(
-            q.reshape(num_tokens, self.num_heads, self.head_dim),
-            k_cache,
-            v_cache,
-            metadata.block_table,
-            context_lens,
-            query_start_loc,
-            self.sliding_window,  # None for full layers
-            self.scale,
-            out=out,
-        )
-        return out.view(num_tokens, -1)
-
-
-class Spark2_5DSparkDecoderLayer(Spark2_5DecoderLayer):
-    """A Spark2_5 decoder layer (same weights, same math) with DSpark attention."""
-
-    attention_cls = Spark2_5DSparkAttention
-
 
 # ---------------------------------------------------------------------------
 # Model
@@ -404,9 +118,11 @@ class Spark2_5DSparkModel(nn.Module):
             prefix=maybe_prefix(prefix, "markov_head"),
         )
         self.confidence_head = (
-            Spark2_5ConfidenceHead(
+            DSparkConfidenceHead(
                 hidden + settings.markov_rank,
                 prefix=maybe_prefix(prefix, "confidence_head"),
+                bias=True,
+                with_markov=True,
             )
             if settings.enable_confidence_head
             else None
@@ -571,86 +287,67 @@ class Spark2_5DSparkForCausalLM(nn.Module):
                 "compute_confidence needs dspark_enable_confidence_head: true in "
                 "the checkpoint's config.json"
             )
-        return self.model.confidence_head(head_hidden, markov_embed)
+        return torch.sigmoid(self.model.confidence_head(head_hidden, markov_embed))
 
     # -- weights ---------------------------------------------------------------
 
-    @staticmethod
-    def draft_weight_name(name: str) -> tuple[str, str] | None:
-        """``(prefix, module path)`` of a draft tensor; ``None`` for target ones."""
-        for prefix in DRAFT_WEIGHT_PREFIXES:
-            if name.startswith(prefix):
-                rest = name[len(prefix) :]
-                break
-        else:
-            return None
-        if rest.startswith(_MODEL_LEVEL) or rest.startswith(_CONFIDENCE):
-            return prefix, f"model.{rest}"
-        raise ValueError(
-            f"Unexpected DSpark draft tensor {name!r}: after {prefix!r} expected "
-            f"one of {[*_MODEL_LEVEL, _CONFIDENCE]}"
-        )
+    #: Draft tensors after their checkpoint prefix -> this module's parameters.
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_stacked=STACKED_PROJECTIONS)
+
+    def _draft_tensors(
+        self, weights: Iterable[tuple[str, torch.Tensor]]
+    ) -> Iterable[tuple[str, torch.Tensor]]:
+        """The draft's tensors as ``model.<name>``, from exactly one prefix."""
+        found: str | None = None
+        params = dict(self.named_parameters())
+        for ckpt_name, tensor in weights:
+            prefix = next(
+                (p for p in DRAFT_WEIGHT_PREFIXES if ckpt_name.startswith(p)), None
+            )
+            if prefix is None:
+                continue  # a target tensor: the target model loads it
+            if found is not None and prefix != found:
+                raise ValueError(
+                    f"The checkpoint holds DSpark draft weights under several "
+                    f"prefixes {sorted({found, prefix})}; keep exactly one of "
+                    f"{list(DRAFT_WEIGHT_PREFIXES)}"
+                )
+            found = prefix
+            name = "model." + ckpt_name[len(prefix) :]
+            if self.model.confidence_head is None and name.startswith(
+                "model.confidence_head."
+            ):
+                logger.warning_once(
+                    "%s: ignoring DSpark confidence_head weights because "
+                    "dspark_enable_confidence_head is false",
+                    PLUGIN_NAME,
+                )
+                continue
+            if self.hf_to_vllm_mapper.map_name(name) not in params:
+                raise ValueError(
+                    f"DSpark draft tensor {ckpt_name!r} has no matching parameter; "
+                    "check dspark_layer_types (the number of draft layers), "
+                    "dspark_markov_head_type and dspark_enable_confidence_head "
+                    "against the checkpoint"
+                )
+            yield name, tensor
+        self._draft_prefix = found
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load the draft from ``draft_model.*``, ``mtp.*`` or ``model.mtp.*``.
 
         vLLM streams the whole (shared) checkpoint through here; target
-        tensors are skipped. Returns every parameter name of this module, so
-        vLLM's strict loaded-weights check passes; a draft tensor that is
-        missing raises here first, naming it.
+        tensors are skipped, draft tensors go through the same loader and
+        stacked-projection mapping as the target's. Every parameter must come
+        from the checkpoint: a missing draft tensor raises, naming it.
         """
-        params = dict(self.named_parameters())
-        loaded: set[str] = set()
-        prefixes_seen: set[str] = set()
-        for ckpt_name, tensor in weights:
-            mapped = self.draft_weight_name(ckpt_name)
-            if mapped is None:
-                continue
-            prefix, name = mapped
-            prefixes_seen.add(prefix)
-            if len(prefixes_seen) > 1:
-                raise ValueError(
-                    f"The checkpoint holds DSpark draft weights under several "
-                    f"prefixes {sorted(prefixes_seen)}; keep exactly one of "
-                    f"{list(DRAFT_WEIGHT_PREFIXES)}"
-                )
-            if name.startswith("model.confidence_head.") and (
-                self.model.confidence_head is None
-            ):
-                logger.warning_once(
-                    "vllm-spark2_5-plugin: ignoring DSpark confidence_head weights "
-                    "because dspark_enable_confidence_head is false"
-                )
-                continue
-            shard_id: str | int | None = None
-            if name.startswith("model.layers."):
-                for ckpt_part, (param_part, shard) in STACKED_PROJECTIONS.items():
-                    if ckpt_part + "." in name:
-                        name = name.replace(ckpt_part + ".", param_part + ".")
-                        shard_id = shard
-                        break
-            param = params.get(name)
-            if param is None:
-                raise ValueError(
-                    f"DSpark draft tensor {ckpt_name!r} has no matching parameter "
-                    f"({name!r}); check dspark_layer_types (the number of draft "
-                    "layers), dspark_markov_head_type and "
-                    "dspark_enable_confidence_head against the checkpoint"
-                )
-            weight_loader = getattr(param, "weight_loader", default_weight_loader)
-            if shard_id is None:
-                weight_loader(param, tensor)
-            else:
-                weight_loader(param, tensor, shard_id)
-            loaded.add(name)
-
-        missing = sorted(set(params) - loaded)
+        self._draft_prefix: str | None = None
+        loaded = AutoWeightsLoader(self).load_weights(
+            self._draft_tensors(weights), mapper=self.hf_to_vllm_mapper
+        )
+        missing = sorted(set(dict(self.named_parameters())) - loaded)
         if missing:
-            where = (
-                next(iter(prefixes_seen))
-                if prefixes_seen
-                else " / ".join(DRAFT_WEIGHT_PREFIXES)
-            )
+            where = self._draft_prefix or " / ".join(DRAFT_WEIGHT_PREFIXES)
             raise ValueError(
                 f"The checkpoint lacks DSpark draft weights (looked under {where}): "
                 f"{missing}"
@@ -658,13 +355,4 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         return loaded
 
 
-__all__ = [
-    "SLIDING",
-    "Spark2_5ConfidenceHead",
-    "Spark2_5DSparkAttention",
-    "Spark2_5DSparkDecoderLayer",
-    "Spark2_5DSparkForCausalLM",
-    "Spark2_5DSparkModel",
-    "Spark2_5MarkovHead",
-    "store_kv_reference",
-]
+__all__ = ["Spark2_5DSparkForCausalLM", "Spark2_5DSparkModel"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Write a small random Spark2_5 checkpoint (config, safetensors, tokenizer).
 
 It is the default model of the demo and of the tests: every file vLLM needs,
@@ -19,22 +20,18 @@ from typing import Any
 import torch
 
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
-from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.names import (
+    DRAFT_WEIGHT_PREFIXES,
+    DSPARK_ALIASES,
+    FULL,
+    SLIDING,
+    TOOL_TOKENS,
+)
 
 # Special tokens: role markers, end of text, and the tool-call tags (one token
 # each, so the parser sees whole tags, as it would with a real Spark2_5).
 EOS_TOKEN = "<|endoftext|>"
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
-TOOL_TOKENS = [
-    "<tool_call>",
-    "</tool_call>",
-    "<arg_key>",
-    "</arg_key>",
-    "<arg_value>",
-    "</arg_value>",
-    "<tool_response>",
-    "</tool_response>",
-]
 NOISE_TOKEN = "<|mask|>"
 SPECIAL_TOKENS = [EOS_TOKEN, *ROLE_TOKENS, *TOOL_TOKENS, NOISE_TOKEN]
 
@@ -62,7 +59,6 @@ TINY_DSPARK: dict[str, Any] = {
     "dspark_enable_confidence_head": False,
     "dspark_layer_types": [SLIDING],
 }
-DSPARK_PREFIXES = ("draft_model.", "mtp.", "model.mtp.")
 
 # A few lines of text in the shapes the tokenizer will meet (prose, JSON, code,
 # tool calls) so that byte-pair merges look like a real tokenizer's.
@@ -140,7 +136,8 @@ def _decoder_layer_weights(
 def random_weights(
     config: Spark2_5Config, seed: int = 0, dspark_prefix: str | None = None
 ) -> dict[str, torch.Tensor]:
-    """Random tensors in the SPEC §3 (and, with a prefix, §4) layout."""
+    """Random tensors in the checkpoint layout of docs/model.md (and, with a
+    prefix, the draft layout of docs/dspark.md)."""
     gen = torch.Generator().manual_seed(seed)
     h, v = config.hidden_size, config.vocab_size
     weights = {"model.embed_tokens.weight": torch.randn(v, h, generator=gen)}
@@ -203,12 +200,11 @@ def make_tiny_checkpoint(
     tokenizer = build_tokenizer(TINY_CONFIG["vocab_size"])
     fields = {**TINY_CONFIG, **config_overrides}
     if dspark:
-        if dspark_prefix not in DSPARK_PREFIXES:
+        if dspark_prefix not in DRAFT_WEIGHT_PREFIXES:
             raise ValueError(
-                f"dspark_prefix must be one of {list(DSPARK_PREFIXES)}, got "
+                f"dspark_prefix must be one of {list(DRAFT_WEIGHT_PREFIXES)}, got "
                 f"{dspark_prefix!r}"
             )
-        from vllm_spark2_5_plugin.configs.dspark import DSPARK_ALIASES
 
         # Accept the alias spellings too, as the plugin does for config.json.
         canonical = {alias: name for name, alias in DSPARK_ALIASES.items()}
@@ -260,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         "--dspark", action="store_true", help="add DSpark draft config and weights"
     )
     parser.add_argument(
-        "--dspark-prefix", choices=DSPARK_PREFIXES, default="draft_model."
+        "--dspark-prefix", choices=DRAFT_WEIGHT_PREFIXES, default="draft_model."
     )
     args = parser.parse_args(argv)
     out = make_tiny_checkpoint(

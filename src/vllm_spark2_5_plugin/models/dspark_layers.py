@@ -1,0 +1,277 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The parts of the Spark2_5 DSpark draft that differ from the target's.
+
+* :class:`Spark2_5MarkovHead`: vLLM's DSpark Markov head plus the ``rnn``
+  recurrence;
+* :class:`Spark2_5DSparkAttention`: a Spark2_5 attention layer whose keys are
+  the draft's context K/V plus the block, seen without a causal mask;
+* :class:`Spark2_5DSparkDecoderLayer`: the target's decoder layer with that
+  attention.
+
+The math is in ``docs/dspark.md``; the model that assembles them is
+:mod:`vllm_spark2_5_plugin.models.spark2_5_dspark`.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.config import CacheConfig
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.layers.quantization import QuantizationConfig
+from vllm.model_executor.models.utils import maybe_prefix
+
+from vllm_spark2_5_plugin import vllm_seam
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.models.spark2_5 import (
+    Spark2_5Attention,
+    Spark2_5DecoderLayer,
+)
+from vllm_spark2_5_plugin.names import FULL
+
+DSparkMarkovHead, DSparkConfidenceHead = vllm_seam.dspark_heads()
+
+# ---------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------
+
+
+class Spark2_5MarkovHead(DSparkMarkovHead):
+    """vLLM's DSpark Markov head, plus the ``rnn`` recurrence.
+
+    ``vanilla``: ``e_i = markov_w1[prev_i]`` (vLLM's head as is).
+    ``rnn``:     ``e_i = tanh(markov_w1[prev_i] + e_{i-1} rnn_proj^T)``,
+                 ``e_{-1} = 0`` at every draft step.
+
+    The speculator calls :meth:`embed` K times per draft step with only the
+    previous tokens, so the rnn state ``e_{i-1}`` lives here, in a static
+    ``[max_num_reqs, r]`` buffer. It is zeroed by :meth:`reset_state`, which
+    the draft's ``forward`` calls: vLLM runs exactly one draft forward before
+    the K sequential Markov calls of each step (eagerly and inside the same
+    FULL CUDA graph), so the reset is part of every step. Everything is
+    in-place tensor work on fixed buffers (no host sync, no Python step
+    counter), hence capture-safe; replays reset and advance the same memory.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        markov_rank: int,
+        head_type: str,
+        max_num_reqs: int,
+        quant_config: QuantizationConfig | None = None,
+        prefix: str = "",
+    ) -> None:
+        # Full-vocabulary draft: draft ids are target ids.
+        super().__init__(vocab_size, vocab_size, markov_rank, prefix, quant_config)
+        self.head_type = head_type
+        if head_type == "rnn":
+            self.rnn_proj = ReplicatedLinear(
+                markov_rank,
+                markov_rank,
+                bias=False,
+                return_bias=False,
+                prefix=maybe_prefix(prefix, "rnn_proj"),
+            )
+            self.register_buffer(
+                "rnn_state", torch.zeros(max_num_reqs, markov_rank), persistent=False
+            )
+        else:
+            self.rnn_proj = None
+            self.rnn_state = None
+
+    def reset_state(self) -> None:
+        """Start a new draft step: ``e_{-1} = 0`` for every request."""
+        if self.rnn_state is not None:
+            self.rnn_state.zero_()
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """``[R]`` previous tokens (int32 or int64) -> ``[R, r]`` embedding."""
+        e = super().embed(token_ids)
+        if self.rnn_proj is None:
+            return e
+        num_reqs = token_ids.shape[0]
+        if num_reqs > self.rnn_state.shape[0]:
+            raise ValueError(
+                f"rnn Markov head got {num_reqs} requests but its state holds "
+                f"{self.rnn_state.shape[0]} (max_num_seqs)"
+            )
+        state = self.rnn_state[:num_reqs]
+        e = torch.tanh(e + self.rnn_proj(state.to(e.dtype)))
+        state.copy_(e)
+        return e
+
+
+# ---------------------------------------------------------------------------
+# Attention over context + block
+# ---------------------------------------------------------------------------
+
+
+def store_kv_reference(
+    kv_cache: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    head_dim: int,
+) -> None:
+    """Write ``key``/``value`` rows into vLLM's paged cache at ``slot_mapping``.
+
+    ``kv_cache`` is the per-layer ``[num_blocks, nKV, block_size, 2*D]`` view
+    that FlashAttention/Triton use (any strides); ``slot = block *
+    block_size + offset``; negative slots (``PAD_SLOT_ID``) are skipped, and
+    like vLLM's writers only the first ``len(slot_mapping)`` rows are used.
+    Plain PyTorch (with a host-side mask): the CPU/test path. On CUDA the
+    attention backend's own ``do_kv_cache_update`` writes the same layout.
+    """
+    k_cache, v_cache = vllm_seam.split_kv_cache(kv_cache, head_dim)
+    block_size = k_cache.shape[1]
+    num = slot_mapping.shape[0]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    blocks, offsets = slots // block_size, slots % block_size
+    num_kv_heads = k_cache.shape[2]
+    k = key[:num].reshape(num, num_kv_heads, head_dim)[keep]
+    v = value[:num].reshape(num, num_kv_heads, head_dim)[keep]
+    k_cache[blocks, offsets] = k.to(k_cache.dtype)
+    v_cache[blocks, offsets] = v.to(v_cache.dtype)
+
+
+class Spark2_5DSparkAttention(Spark2_5Attention):
+    """A Spark2_5 attention layer whose keys are context K/V plus the block.
+
+    Every block query of a request with ``L`` context tokens sees, with no
+    causal mask, positions ``max(0, L - W_d) .. L+B-1`` (sliding) or
+    ``0 .. L+B-1`` (full). The vLLM ``Attention`` child owns the paged cache
+    and its metadata (for sliding layers it also tells the KV manager the
+    window, so older blocks can be freed). Sliding layers compute with
+    :func:`fixed_history_attention` (FlashAttention/Triton would give each
+    query its own symmetric window instead); full layers use vLLM's backend on
+    CUDA (non-causal, the speculator's metadata). On CPU, where vLLM cannot
+    run DSpark, both use the PyTorch reference of the kernel, which is how
+    the tests run this exact code.
+    """
+
+    def __init__(
+        self,
+        config: Spark2_5Config,
+        layer_type: str,
+        sliding_window: int,
+        cache_config: CacheConfig | None = None,
+        quant_config: QuantizationConfig | None = None,
+        prefix: str = "",
+    ) -> None:
+        super().__init__(
+            config,
+            layer_type,
+            sliding_window,
+            cache_config=cache_config,
+            quant_config=quant_config,
+            prefix=prefix,
+        )
+        self.scale = self.head_dim**-0.5
+
+    # -- context K/V -----------------------------------------------------------
+
+    def context_kv(
+        self, states: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``K = RoPE(c Wk (+bk))``, ``V = c Wv (+bv)`` for context features.
+
+        Runs the layer's own fused projection and drops Q: it works for every
+        quantization method and for CPU's packed weights, and the context rows
+        are few next to the target's own work on them.
+        """
+        qkv, _ = self.qkv_proj(states)
+        kv = qkv[:, self.q_size :]
+        k, v = kv.split([self.kv_size, self.kv_size], dim=-1)
+        k = k.contiguous()
+        # RoPE on K only (vLLM's rotary ops take key=None); in place on k.
+        k, _ = self.rotary_emb(positions, k, None)
+        return k, v.contiguous()
+
+    def store_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        kv_cache: torch.Tensor | None = None,
+    ) -> None:
+        """Write K/V rows into this layer's paged cache."""
+        if kv_cache is None:
+            kv_cache = vllm_seam.layer_kv_cache(self.attn)
+        if kv_cache.is_cuda:
+            vllm_seam.write_kv_cache(
+                self.attn,
+                key.view(-1, self.num_kv_heads, self.head_dim),
+                value.view(-1, self.num_kv_heads, self.head_dim),
+                kv_cache,
+                slot_mapping,
+            )
+        else:
+            store_kv_reference(kv_cache, key, value, slot_mapping, self.head_dim)
+
+    # -- block forward ---------------------------------------------------------
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        qkv, _ = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotary_emb(positions, q, k)
+        if self.layer_type == FULL and x.is_cuda:
+            attn_output = self.attn(q, k, v)
+        else:
+            attn_output = self._fixed_history(q, k, v)
+        output, _ = self.o_proj(self.gate(attn_output, x))
+        return output
+
+    def _fixed_history(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        from vllm_spark2_5_plugin.ops import (
+            fixed_history_attention,
+            fixed_history_attention_reference,
+        )
+
+        num_tokens = q.shape[0]
+        out = torch.zeros(
+            num_tokens, self.num_heads, self.head_dim, dtype=q.dtype, device=q.device
+        )
+        paged = vllm_seam.paged_attention_inputs(self.attn.layer_name)
+        if paged is None:  # profiling / dummy run: no cache, no metadata
+            return out.view(num_tokens, -1)
+        self.store_kv(k, v, paged.slot_mapping, paged.cache)
+
+        seq_lens = paged.seq_lens  # context + block, per request
+        num_reqs = seq_lens.shape[0]
+        query_start_loc = paged.query_start_loc[: num_reqs + 1]
+        # Clamped: FULL-graph padding requests own query rows but no sequence.
+        context_lens = (seq_lens - query_start_loc.diff()).clamp(min=0).to(torch.int32)
+        k_cache, v_cache = vllm_seam.split_kv_cache(paged.cache, self.head_dim)
+        attend = (
+            fixed_history_attention if q.is_cuda else fixed_history_attention_reference
+        )
+        attend(
+            q.reshape(num_tokens, self.num_heads, self.head_dim),
+            k_cache,
+            v_cache,
+            paged.block_table,
+            context_lens,
+            query_start_loc,
+            self.sliding_window,  # None for full layers
+            self.scale,
+            out=out,
+        )
+        return out.view(num_tokens, -1)
+
+
+class Spark2_5DSparkDecoderLayer(Spark2_5DecoderLayer):
+    """A Spark2_5 decoder layer (same weights, same math) with DSpark attention."""
+
+    attention_cls = Spark2_5DSparkAttention
+
+
+__all__ = [
+    "DSparkConfidenceHead",
+    "Spark2_5DSparkAttention",
+    "Spark2_5DSparkDecoderLayer",
+    "Spark2_5MarkovHead",
+    "store_kv_reference",
+]

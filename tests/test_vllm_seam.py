@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The seam to vLLM's internals: every hook point holds on the running vLLM,
+a broken one is reported by name, and nothing outside the seam reaches past
+vLLM's plugin surface."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from vllm_spark2_5_plugin import vllm_seam
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "vllm_spark2_5_plugin"
+
+# What the seam wraps: used anywhere else, it is a second door to vLLM's
+# internals that an upgrade would have to find by hand.
+INTERNAL_NAMES = {
+    "_CONFIG_REGISTRY",
+    "lazy_parsers",
+    "update_arch_",
+    "get_attention_context",
+    "do_kv_cache_update",
+    "qwen3_dspark",
+    ".kv_cache",  # the attention layer's cache tensor
+    ".impl",  # the attention backend implementation
+}
+INTERNAL_ATTRIBUTES = {
+    ("ModelRegistry", "models"),
+    ("ToolParserManager", "tool_parsers"),
+}
+
+
+def test_every_hook_point_holds_on_this_vllm():
+    assert vllm_seam.check_hook_points() == []
+    names = [hook.name for hook in vllm_seam.HOOK_POINTS]
+    assert len(names) == len(set(names)) >= 9
+    assert all(hook.relies_on for hook in vllm_seam.HOOK_POINTS)
+
+
+def _two_args(layer_name, extra):  # a changed signature
+    raise AssertionError("never called")
+
+
+BREAKAGES = {
+    "attention_context": (
+        "vllm.model_executor.layers.attention.attention.get_attention_context",
+        _two_args,
+    ),
+    "speculative_update_arch": (
+        "vllm.config.speculative.SpeculativeConfig.update_arch_",
+        None,
+    ),
+    "dspark_heads": (
+        "vllm.model_executor.models.qwen3_dspark.DSparkMarkovHead.embed",
+        None,
+    ),
+    "kv_cache_layout": (
+        "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",
+        lambda self, layer, key, value, kv_cache, slots: None,
+    ),
+}
+
+
+@pytest.mark.parametrize("hook", sorted(BREAKAGES))
+def test_a_broken_hook_point_is_reported_once_by_name(monkeypatch, hook):
+    target, replacement = BREAKAGES[hook]
+    monkeypatch.setattr(target, replacement)
+    problems = vllm_seam.check_hook_points()
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{hook} (")
+    with pytest.raises(vllm_seam.VllmSeamError, match=f"in 1 place.*{hook}"):
+        vllm_seam.require_hook_points()
+
+
+def _vllm_imports(tree: ast.AST) -> list[str]:
+    """``module:name`` of every ``from vllm... import name`` in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm"):
+            found += [f"{node.module}:{alias.name}" for alias in node.names]
+    return found
+
+
+def _code_names(tree: ast.AST) -> set[str]:
+    """Identifiers the code uses (names, attributes, imports), not its prose."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.update((node.attr, f".{node.attr}"))
+            if isinstance(node.value, ast.Name):
+                names.add(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, ast.ImportFrom):
+            names.update((node.module or "").split("."))
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_no_module_outside_the_seam_names_a_vllm_internal():
+    attributes = {f"{owner}.{attr}" for owner, attr in INTERNAL_ATTRIBUTES}
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "vllm_seam.py":
+            continue
+        tree = ast.parse(path.read_text())
+        rel = path.relative_to(SRC)
+        used = _code_names(tree)
+        offenders += [f"{rel}: {name}" for name in sorted(used & INTERNAL_NAMES)]
+        offenders += [f"{rel}: {name}" for name in sorted(used & attributes)]
+        for imported in _vllm_imports(tree):
+            module, name = imported.split(":")
+            if name.startswith("_") or any(
+                p.startswith("_") for p in module.split(".")
+            ):
+                offenders.append(f"{rel}: {imported}")
+    assert offenders == []
+
+
+def test_the_seam_itself_imports_no_vllm_at_module_level():
+    tree = ast.parse((SRC / "vllm_seam.py").read_text())
+    top_level = [
+        node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+    ]
+    assert not _vllm_imports(ast.Module(body=top_level, type_ignores=[]))
