@@ -1,0 +1,356 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The DSpark trainer on CPU, on tiny checkpoints.
+
+The batched draft forward against the pure-PyTorch references, the offline
+acceptance replay, a short training run (loss and acceptance), determinism,
+and the checkpoint it writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
+from vllm_spark2_5_plugin.references.dspark import DSparkReference
+from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
+from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+from vllm_spark2_5_plugin.tools.train_dspark import (
+    DraftConfig,
+    DSparkDraft,
+    draft_loss,
+    train,
+)
+
+PROMPT_LEN, GEN_LEN, N_TRAIN, N_EVAL = 8, 32, 12, 4
+LAYER_NAMES = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.g_proj.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one thread is faster than two fighting over shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def shard_tensors(path: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        out |= load_file(str(shard))
+    return out
+
+
+def expected_draft_names(layers: int, rnn: bool, confidence: bool) -> set[str]:
+    names = {"main_proj.weight", "main_norm.weight", "norm.weight"}
+    names |= {f"layers.{j}.{n}" for j in range(layers) for n in LAYER_NAMES}
+    names |= {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"}
+    if rnn:
+        names.add("markov_head.rnn_proj.weight")
+    if confidence:
+        names |= {"confidence_head.proj.weight", "confidence_head.proj.bias"}
+    return names
+
+
+# -- (i) the batched forward equals the references -----------------------------------
+
+
+def test_batched_forward_matches_reference(tmp_path: Path) -> None:
+    path = make_tiny_checkpoint(
+        tmp_path / "ck",
+        dspark={
+            "dspark_markov_head_type": "rnn",
+            "dspark_enable_confidence_head": True,
+            "dspark_layer_types": [SLIDING, FULL],
+            "dspark_sliding_window": 5,
+        },
+        dspark_prefix="mtp.",
+        attention_bias=True,
+    )
+    raw = json.loads((path / "config.json").read_text())
+    dtype = torch.float64
+    target = Spark2_5Reference.from_checkpoint(path, dtype)
+    ref = DSparkReference.from_checkpoint(path, dtype)
+    cfg = DraftConfig.from_config(raw)
+    draft = DSparkDraft(cfg, target.embed_tokens, target.lm_head).to(dtype)
+    found = acc.read_tensors(path, lambda n: n.startswith("mtp."))
+    draft.load_state_dict({n[4:]: t for n, t in found.items()}, strict=True)
+
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 500, (2, 24), generator=gen)
+    feats = torch.stack(
+        [acc.target_features(target, s, cfg.target_layer_ids) for s in tokens.tolist()]
+    )
+    # Anchors inside and past the 5-token window, in any order, one per block.
+    anchors = torch.tensor([[1, 6, 12, 20], [17, 3, 9, 4]])
+    with torch.no_grad():
+        out = draft(feats, tokens, anchors)
+    block = cfg.block_size
+    for s in range(2):
+        c = ref.combine(list(feats[s].chunk(len(cfg.target_layer_ids), dim=-1)))
+        for a, pos in enumerate(anchors[s].tolist()):
+            ids = [int(tokens[s, pos])] + [cfg.noise_token_id] * (block - 1)
+            hidden = ref.block_hidden(c[:pos], ids)
+            base = ref.base_logits(hidden)
+            e = ref.markov_embeds(tokens[s, pos : pos + block].tolist())
+            logits = base + ref.markov_bias(e)
+            conf = ref.confidence(hidden, e)
+            torch.testing.assert_close(out.hidden[s, a], hidden, rtol=0, atol=1e-10)
+            torch.testing.assert_close(out.base_logits[s, a], base, rtol=0, atol=1e-9)
+            torch.testing.assert_close(out.markov_embeds[s, a], e, rtol=0, atol=1e-12)
+            torch.testing.assert_close(out.logits[s, a], logits, rtol=0, atol=1e-9)
+            torch.testing.assert_close(
+                torch.sigmoid(out.confidence_logits[s, a]), conf, rtol=0, atol=1e-12
+            )
+            labels = tokens[s, pos + 1 : pos + 1 + block].tolist()
+            labels += [-100] * (block - len(labels))
+            assert out.labels[s, a].tolist() == labels
+    loss, metrics = draft_loss(draft(feats, tokens, anchors))
+    loss.backward()
+    assert torch.isfinite(loss) and {"ce", "conf_bce", "tf_accept_len"} <= set(metrics)
+    assert draft.main_proj.weight.grad.abs().sum() > 0
+
+
+# -- offline acceptance bookkeeping --------------------------------------------------
+
+
+def test_acceptance_replay_starts_at_the_first_output_token() -> None:
+    """A fake draft that is wrong at draft position 1 whenever L is even."""
+    seq = list(range(100, 140))
+    k, prompt_len = 4, 6
+    calls = []
+
+    def draft_step(context, anchor, num_tokens):
+        pos = len(context)
+        calls.append((pos, anchor))
+        tokens = seq[pos + 1 : pos + 1 + num_tokens]
+        if pos % 2 == 0:
+            tokens[1] = -1
+        return SimpleNamespace(tokens=tokens)
+
+    target = SimpleNamespace(residual_stream=lambda ids: [torch.zeros(len(ids), 2)] * 3)
+    draft = SimpleNamespace(
+        config=SimpleNamespace(target_layer_ids=[1], block_size=k),
+        combine=lambda aux: aux[0],
+        draft=draft_step,
+    )
+    report = acc.offline_acceptance(target, draft, [seq], prompt_len)
+    assert calls[0] == (prompt_len, seq[prompt_len])  # L = P, anchor = 1st output
+    for (pos, _), (nxt, _) in zip(calls, calls[1:], strict=False):
+        assert nxt == pos + (1 if pos % 2 == 0 else k) + 1
+    assert all(pos + k <= len(seq) - 1 for pos, _ in calls)
+    accepted = [1 if pos % 2 == 0 else k for pos, _ in calls]
+    assert report.num_drafts == len(calls)
+    assert report.mean_acceptance_length == pytest.approx(
+        1 + sum(accepted) / len(calls)
+    )
+    assert report.acceptance_rate_per_position[0] == 1.0
+    assert report.acceptance_rate_per_position[1] == pytest.approx(
+        sum(a > 1 for a in accepted) / len(calls)
+    )
+
+
+# -- (ii)-(iv) training ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default tiny checkpoint with its random draft under ``draft_model.``."""
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), dspark=True)
+
+
+@pytest.fixture(scope="module")
+def sequences(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target's greedy continuations of seeded random prompts, generated once."""
+    target = Spark2_5Reference.from_checkpoint(tiny, torch.float32)
+    pool = acc.prompt_token_pool(tiny, target.embed_tokens.shape[0])
+    prompts = acc.random_prompts(pool, N_TRAIN + N_EVAL, PROMPT_LEN, seed=0)
+    conts = acc.greedy_continuations(tiny, prompts, GEN_LEN, "reference", target)
+    seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
+    path = tmp_path_factory.mktemp("seqs") / "sequences.json"
+    path.write_text(json.dumps({"prompt_len": PROMPT_LEN, "sequences": seqs}))
+    return path
+
+
+def _train(src: Path, dst: Path, sequences: Path, *extra: str) -> dict:
+    return train(
+        [
+            str(src),
+            str(dst),
+            "--sequences",
+            str(sequences),
+            "--num-prompts",
+            str(N_TRAIN),
+            "--eval-prompts",
+            str(N_EVAL),
+            "--steps",
+            "50",
+            "--lr",
+            "3e-3",
+            "--batch-anchors",
+            "64",
+            "--anchors-per-seq",
+            "32",
+            "--device",
+            "cpu",
+            "--log-every",
+            "10",
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tiny, sequences, tmp_path_factory) -> list[tuple[Path, dict]]:
+    """Two runs with the same seed."""
+    out = []
+    for name in ("a", "b"):
+        dst = tmp_path_factory.mktemp("trained") / name
+        out.append((dst, _train(tiny, dst, sequences, "--seed", "7")))
+    return out
+
+
+def test_training_lowers_loss_and_raises_acceptance(tiny, sequences, runs) -> None:
+    dst, summary = runs[0]
+    loss = summary["loss"]
+    assert loss["end_mean10"] < 0.5 * loss["start_mean10"]
+    tf = summary["teacher_forced_accept_len"]
+    assert tf["end_mean10"] > tf["start_mean10"] + 0.5
+    # Held-out sequences (the summary's before/after).
+    before, after = summary["acceptance"]["before"], summary["acceptance"]["after"]
+    assert after["mean_acceptance_length"] > before["mean_acceptance_length"]
+    # The training sequences: the draft learned its target.
+    seqs = json.loads(sequences.read_text())["sequences"][:N_TRAIN]
+    target = Spark2_5Reference.from_checkpoint(tiny, torch.float32)
+    random_draft = acc.checkpoint_acceptance(tiny, seqs, PROMPT_LEN, target=target)
+    trained = acc.checkpoint_acceptance(dst, seqs, PROMPT_LEN, target=target)
+    assert trained.mean_acceptance_length > random_draft.mean_acceptance_length + 0.5, (
+        random_draft,
+        trained,
+    )
+
+
+def test_same_seed_gives_identical_draft(runs) -> None:
+    (a, summary_a), (b, summary_b) = runs
+    ta, tb = shard_tensors(a), shard_tensors(b)
+    assert ta.keys() == tb.keys()
+    for name in ta:
+        assert torch.equal(ta[name], tb[name]), name
+    assert summary_a["loss_curve"] == summary_b["loss_curve"]
+
+
+def test_written_checkpoint(tiny, runs) -> None:
+    dst, summary = runs[0]
+    before, after = shard_tensors(tiny), shard_tensors(dst)
+    draft = {n for n in after if n.startswith(DRAFT_WEIGHT_PREFIXES)}
+    assert {n.removeprefix("draft_model.") for n in draft} == expected_draft_names(
+        1, rnn=False, confidence=False
+    )
+    assert all(n.startswith("draft_model.") for n in draft)
+    for name, tensor in before.items():  # target untouched, every draft tensor new
+        assert after[name].dtype == tensor.dtype == torch.float32
+        assert torch.equal(after[name], tensor) != (name in draft), name
+    config = json.loads((dst / "config.json").read_text())
+    assert {k: config[k] for k in summary["dspark"]} == summary["dspark"]
+    assert json.loads((dst / "train_dspark.json").read_text()) == summary
+    assert (dst / "tokenizer.json").exists()
+    ref = DSparkReference.from_checkpoint(dst, torch.float32)
+    target = Spark2_5Reference.from_checkpoint(dst, torch.float32)
+    ids = list(range(20, 30))
+    feats = acc.target_features(target, ids, ref.config.target_layer_ids)
+    c = ref.combine(list(feats.chunk(2, dim=-1)))
+    assert len(ref.draft(c[:9], ids[9]).tokens) == 4
+
+
+@pytest.mark.parametrize("init", ["random", "target"])
+def test_new_draft_on_a_checkpoint_without_one(tmp_path, tiny, sequences, init) -> None:
+    src = make_tiny_checkpoint(tmp_path / "plain")
+    dst = tmp_path / "out"
+    summary = _train(
+        src,
+        dst,
+        sequences,
+        *([] if init == "random" else ["--init-draft", init]),
+        *("--steps", "3", "--eval-prompts", "0", "--markov-head-type", "rnn"),
+        *("--confidence-head", "--draft-layer-types", "sliding,full"),
+        *("--block-size", "3", "--markov-rank", "4", "--target-layer-ids", "0,2"),
+    )
+    assert summary["init_draft"] == init and summary["prefix"] == "mtp."
+    assert summary["loss"]["last"] < summary["loss"]["first"]
+    tensors = shard_tensors(dst)
+    draft = {n for n in tensors if n.startswith(DRAFT_WEIGHT_PREFIXES)}
+    assert {n.removeprefix("mtp.") for n in draft} == expected_draft_names(
+        2, rnn=True, confidence=True
+    )
+    assert tensors["mtp.markov_head.markov_w1.weight"].shape == (512, 4)
+    assert tensors["mtp.main_proj.weight"].shape == (64, 128)
+    config = json.loads((dst / "config.json").read_text())
+    assert config["dspark_block_size"] == 3
+    assert config["dspark_layer_types"] == [SLIDING, FULL]
+    # From the tokenizer (<|mask|>), as make_tiny_checkpoint picks it.
+    noise = json.loads((tiny / "config.json").read_text())["dspark_noise_token_id"]
+    assert config["dspark_noise_token_id"] == noise
+    settings = read_dspark_settings(Spark2_5Config.from_pretrained(dst))
+    assert settings.markov_head_type == "rnn" and settings.target_layer_ids == (0, 2)
+    ref = DSparkReference.from_checkpoint(dst, torch.float32)
+    result = ref.draft(torch.zeros(5, 64), anchor=7)
+    assert len(result.tokens) == 3 and result.confidence.shape == (3,)
+
+
+def test_sharded_checkpoint_gets_a_draft_shard(tmp_path) -> None:
+    src = make_tiny_checkpoint(
+        tmp_path / "src", dspark=True, dspark_prefix="model.mtp."
+    )
+    tensors = load_file(str(src / "model.safetensors"))
+    (src / "model.safetensors").unlink()
+    names = sorted(tensors)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        shard = f"model-0000{i + 1}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, str(src / shard))
+        weight_map |= dict.fromkeys(part, shard)
+    index = {"metadata": {}, "weight_map": weight_map}
+    (src / acc.INDEX).write_text(json.dumps(index))
+    prefix = acc.draft_prefix(src)
+    assert prefix == "model.mtp."
+    old = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
+    new = {n: 2 * t.double() for n, t in old.items()}
+    dst = tmp_path / "dst"
+    acc.write_checkpoint(src, dst, new, prefix, {"dspark_block_size": 4})
+    index = json.loads((dst / acc.INDEX).read_text())["weight_map"]
+    for shard in (
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ):
+        with safe_open(str(dst / shard), framework="pt") as f:
+            assert not any(n.startswith(prefix) for n in f.keys())  # noqa: SIM118
+    written = load_file(str(dst / acc.DRAFT_SHARD))
+    assert set(written) == {prefix + n for n in old}
+    assert all(index[n] == acc.DRAFT_SHARD for n in written)
+    assert set(index) == set(tensors)
+    for name, t in old.items():
+        assert written[prefix + name].dtype == torch.float32
+        assert torch.equal(written[prefix + name], 2 * t)
+    ref = DSparkReference.from_checkpoint(dst, torch.float32)
+    assert ref.prefix == prefix
