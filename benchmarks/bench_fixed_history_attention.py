@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: fixed-history draft attention kernel vs gather + SDPA / FlexAttention.
 
 Run on a CUDA machine (needs only torch and triton):
@@ -29,11 +30,13 @@ request in randomly permuted (scattered) blocks, then times:
 
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before every
 iteration, median). Each baseline's output is checked against the kernel's.
+Only the public API of ``vllm_spark2_5_plugin.ops`` is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import platform
@@ -46,10 +49,10 @@ import triton
 from triton.testing import do_bench
 
 try:
-    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
+    from vllm_spark2_5_plugin import ops
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from vllm_spark2_5_plugin.ops import fixed_history_attention as sta
+    from vllm_spark2_5_plugin import ops
 
 # (R, L, B, W, nH, nKV, D)
 SHAPES = [
@@ -176,11 +179,11 @@ def rel_err(a, b):
 
 
 def sweep_grid(block_m, head_dim):
-    """Configs to time: block-table loads through inline PTX (ASM_PAGE_LOAD,
-    so the compiler pipelines K/V num_stages - 1 tiles ahead) at several tile
-    sizes and depths, plus the earlier plain-load/hand-pipelined configs."""
-    grid = []
+    """Plan changes to time: block-table loads through inline PTX
+    (asm_page_load, so the compiler pipelines K/V num_stages - 1 tiles ahead)
+    at several tile sizes and depths, plus the plain-load configuration."""
     if block_m >= 128:
+        grid = []
         tiles = (
             (32, 4, 4),
             (64, 4, 3),
@@ -189,11 +192,11 @@ def sweep_grid(block_m, head_dim):
             (64, 8, 4),
             (128, 8, 3),
         )
-        grid.append(dict(BLOCK_N=32, num_warps=4, num_stages=1, MANUAL_PREFETCH=True))
     elif head_dim <= 64:
+        grid = [dict(block_n=128, num_warps=4, num_stages=3, asm_page_load=False)]
         tiles = ((64, 4, 4), (128, 4, 3), (128, 4, 4), (128, 8, 3), (256, 4, 3))
-        grid.append(dict(BLOCK_N=128, num_warps=4, num_stages=3, MANUAL_PREFETCH=False))
     else:
+        grid = [dict(block_n=128, num_warps=4, num_stages=2, asm_page_load=False)]
         tiles = (
             (32, 4, 6),
             (64, 4, 3),
@@ -203,65 +206,56 @@ def sweep_grid(block_m, head_dim):
             (128, 8, 3),
             (128, 4, 4),
         )
-        grid.append(dict(BLOCK_N=128, num_warps=4, num_stages=2, MANUAL_PREFETCH=False))
     for bn, nw, ns in tiles:
-        grid.append(
-            dict(
-                BLOCK_N=bn,
-                num_warps=nw,
-                num_stages=ns,
-                MANUAL_PREFETCH=False,
-                ASM_PAGE_LOAD=True,
-            )
-        )
+        grid.append(dict(block_n=bn, num_warps=nw, num_stages=ns, asm_page_load=True))
     return grid
 
 
 def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
     """Tile/warp/stage grid at the default split count, then the best of those
-    with half and twice the splits and, with one split, with 0 (one program per
-    item) to 3 persistent programs per SM. Returns [(us, config)], fastest
-    first."""
+    with half, twice and four times the splits and, with one split, with 0 (one
+    program per item) to 3 persistent programs per SM. Returns [(us, plan)],
+    fastest first."""
     R, L, B, W, nH, nKV, D = shape
+    group = nH // nKV
     results = []
 
-    def try_cfg(cfg):
-        if cfg["BLOCK_N"] * D > 256 * 128:
+    def try_plan(plan, **changes):
+        if changes.get("num_splits", plan.num_splits) > 1:
+            changes["programs_per_sm"] = 0  # the persistent grid needs 1 split
+        plan = dataclasses.replace(plan, **changes)
+        if plan.block_n * D > 256 * 128:
             return
-        if cfg["NUM_SPLITS"] > 1:  # the persistent grid needs a single split
-            cfg = dict(cfg, PERSISTENT=0)
         try:
-            fn = lambda: sta._launch(q, k, v, bt, ctx, qsl, W, scale, out, **cfg)  # noqa: E731
+            fn = lambda: ops.launch(q, k, v, bt, ctx, qsl, W, scale, plan, out=out)  # noqa: E731
             fn()
             t = bench(fn, rep=60)
         except Exception as e:  # out of resources etc.
-            print(f"    sweep {cfg}: failed ({type(e).__name__})")
+            print(f"    sweep {plan}: failed ({type(e).__name__})")
             return
-        results.append((t, cfg))
+        results.append((t, plan))
 
-    for c in sweep_grid(base["BLOCK_M"], D):
-        try_cfg(dict(base, **c))
+    for changes in sweep_grid(base.tile_rows(group), D):
+        try_plan(base, **changes)
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]
         for s in {
-            max(1, base["NUM_SPLITS"] // 2),
-            base["NUM_SPLITS"] * 2,
-            base["NUM_SPLITS"] * 4,
+            max(1, base.num_splits // 2),
+            base.num_splits * 2,
+            base.num_splits * 4,
         }:
-            if s != best["NUM_SPLITS"]:
-                try_cfg(dict(best, NUM_SPLITS=s))
-        if best["NUM_SPLITS"] == 1:
+            if s != best.num_splits:
+                try_plan(best, num_splits=s)
+        if best.num_splits == 1:
             for p in range(4):
-                if p != best.get("PERSISTENT", 0):
-                    try_cfg(dict(best, PERSISTENT=p))
-        if base["BLOCK_M"] >= 128:  # fewer rows per tile, several query passes
-            bq = base["BLOCK_Q"] // 2
-            bm = max(16, sta._next_pow2(bq * (nH // nKV)))
-            try_cfg(dict(best, BLOCK_Q=bq, BLOCK_M=bm))
+                if p != best.programs_per_sm:
+                    try_plan(best, programs_per_sm=p)
+        if base.tile_rows(group) >= 128 and base.block_q > 1:  # several passes
+            try_plan(best, block_q=base.block_q // 2)
     results.sort(key=lambda x: x[0])
-    for t, cfg in results[:8]:
-        print(f"    sweep {t:9.1f} us  {cfg}", flush=True)
+    for t, plan in results[:8]:
+        print(f"    sweep {t:9.1f} us  {plan}", flush=True)
     return results
 
 
@@ -321,7 +315,7 @@ def main():
         out = torch.empty_like(q)
 
         fn = functools.partial(
-            sta.fixed_history_attention, q, k, v, bt, ctx, qsl, W, scale, out=out
+            ops.fixed_history_attention, q, k, v, bt, ctx, qsl, W, scale, out=out
         )
         fn()
         if DEVICE == "cuda":
@@ -329,7 +323,7 @@ def main():
         ref_out = out.clone()
         # Spot check against the float64 reference on a few requests.
         sub = slice(0, 2)
-        ref = sta.fixed_history_attention_reference(
+        ref = ops.fixed_history_attention_reference(
             q[: 2 * B],
             k,
             v,
@@ -348,11 +342,18 @@ def main():
             with torch.cuda.graph(g):
                 fn()
             t_graph = bench(g.replay)
-        cfg = sta._launch_config(
-            R * B, R, nKV, nH // nKV, D, W, bt.shape[1] * PAGE, q.device
+        plan = ops.plan_launch(
+            num_tokens=R * B,
+            num_reqs=R,
+            num_heads=nH,
+            num_kv_heads=nKV,
+            head_dim=D,
+            sliding_window=W,
+            max_kv_len=bt.shape[1] * PAGE,
+            device=q.device,
         )
         print(
-            f"  kernel {t_kernel:.1f} us (graph {t_graph:.1f} us), cfg {cfg}, "
+            f"  kernel {t_kernel:.1f} us (graph {t_graph:.1f} us), plan {plan}, "
             f"floor {floor_us:.1f} us, {kv_bytes / t_kernel / 1e6:.2f} TB/s, "
             f"rel err vs reference {err_ref:.2e}",
             flush=True,
@@ -360,7 +361,7 @@ def main():
 
         best_sweep = None
         if args.sweep:
-            res = sweep(shape, q, k, v, bt, ctx, qsl, scale, torch.empty_like(q), cfg)
+            res = sweep(shape, q, k, v, bt, ctx, qsl, scale, torch.empty_like(q), plan)
             if res:
                 best_sweep = res[0]
 
@@ -413,7 +414,7 @@ def main():
                 speed_ok=speedup >= GOAL_SPEEDUP,
                 tbps=kv_bytes / t_kernel / 1e6,
                 err=err_ref,
-                cfg=cfg,
+                plan=plan,
                 sweep=best_sweep,
             )
         )
@@ -463,7 +464,7 @@ def main():
             if r["sweep"]:
                 print(
                     f"  {r['name']}: {r['sweep'][0]:.1f} us {r['sweep'][1]} "
-                    f"(default {r['kernel']:.1f} us {r['cfg']})"
+                    f"(default {r['kernel']:.1f} us {r['plan']})"
                 )
     if args.md:
         Path(args.md).write_text(table + "\n")

@@ -1,0 +1,273 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Triton kernels of the fixed-history attention (see ``docs/kernel.md``).
+
+:func:`fixed_history_kernel` walks work items, one item being all queries of
+one request on one KV head over one slice ("split") of its key range. With one
+program per item each program runs one iteration of that walk; with a
+persistent grid (fewer programs) each runs several. :func:`combine_splits_kernel`
+merges the partial results of a launch with several splits.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _key_slice(
+    ctx_len,
+    num_q,
+    window,
+    split_idx,
+    HAS_WINDOW: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Cache positions ``[lo, hi)`` of one split of a request's key range."""
+    # -----------------------------------------------------------------------
+    # Which keys each query sees. Request r owns query rows
+    # query_start_loc[r] .. query_start_loc[r+1]-1 (B_r = their count); their
+    # own K/V already sit in the cache at positions L_r .. L_r+B_r-1, with
+    # L_r = context_lens[r]. EVERY one of those B_r queries attends to exactly
+    # the cache positions
+    #     kv_lo = max(0, L_r - W)   (kv_lo = 0 when there is no window)
+    #     kv_hi = L_r + B_r         (exclusive)
+    # i.e. the last W context tokens plus the whole draft block, non-causal
+    # inside the block (query i also sees block tokens i+1 .. B_r-1). The key
+    # range does not depend on the query's own position. Position p lives in
+    # page block_table[r, p // PAGE_SIZE], slot p % PAGE_SIZE.
+    # -----------------------------------------------------------------------
+    kv_hi = ctx_len + num_q
+    if HAS_WINDOW:  # noqa: SIM108 (constexpr branch)
+        kv_lo = tl.maximum(ctx_len - window, 0)
+    else:
+        kv_lo = ctx_len * 0
+    # Split the range into NUM_SPLITS slices of whole key tiles (some of the
+    # last ones may be empty).
+    chunk = tl.cdiv(tl.cdiv(kv_hi - kv_lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = kv_lo + split_idx * chunk
+    return lo, tl.minimum(lo + chunk, kv_hi)
+
+
+@triton.jit
+def _page_ids(bt_row, pos, hi, PAGE_SIZE: tl.constexpr, ASM_PAGE_LOAD: tl.constexpr):
+    """Page ids of cache positions ``pos``; a position at or past ``hi`` gets
+    an unused but valid id."""
+    if ASM_PAGE_LOAD:
+        # A plain PTX load is not a load to Triton's pipeliner, so the K/V
+        # loads that use these ids are pipelined num_stages - 1 tiles ahead
+        # (behind a block-table load, only one). The index is clamped to
+        # hi - 1, inside the block table whenever the key loop runs.
+        idx = tl.minimum(pos, hi - 1) // PAGE_SIZE
+        page = tl.inline_asm_elementwise(
+            "ld.global.nc.b32 $0, [$1];",
+            "=r,l",
+            [bt_row + idx],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        page = tl.load(bt_row + pos // PAGE_SIZE, mask=pos < hi, other=0)
+    return page
+
+
+@triton.jit
+def _load_rows(head_ptr, page, slot, stride_blk, stride_slot, offs_d, ok):
+    """Rows (page, slot) of one KV head of the K or V cache; 0 where not ok."""
+    row = page.to(tl.int64) * stride_blk + slot * stride_slot
+    return tl.load(
+        head_ptr + row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0
+    )
+
+
+@triton.jit
+def _token_head_ptrs(base, tok, head, offs_d, stride_t, stride_h, stride_d):
+    """Pointers to ``base[tok, head, :]`` of a [T, nH, D] tensor, one row per
+    (tok, head) pair."""
+    return (
+        base
+        + tok[:, None] * stride_t
+        + head[:, None] * stride_h
+        + offs_d[None, :] * stride_d
+    )
+
+
+@triton.jit
+def _online_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale):
+    """One flash-attention update with a key tile (log2 domain)."""
+    s = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale
+    s = tl.where(key_ok[None, :], s, float("-inf"))
+    # Every tile holds at least one valid key, so m_new is finite.
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def fixed_history_kernel(
+    q_ptr,  # [T, nH, D]
+    k_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
+    v_ptr,  # [num_blocks, block_size, nKV, D], last stride 1
+    out_ptr,  # [T, nH, D], written when NUM_SPLITS == 1
+    part_acc_ptr,  # [T, nH, NUM_SPLITS, D] fp32, written when NUM_SPLITS > 1
+    part_max_ptr,  # [T, nH, NUM_SPLITS] fp32 (log2 domain)
+    part_sum_ptr,  # [T, nH, NUM_SPLITS] fp32
+    block_table_ptr,  # [>= R, max_blocks] int32
+    context_lens_ptr,  # [R] int32
+    query_start_loc_ptr,  # [R + 1] int32
+    qk_scale,  # float: softmax scale * log2(e)
+    window,  # int: sliding window W (ignored when HAS_WINDOW is False)
+    num_reqs,  # int: R
+    stride_q_t: tl.int64,
+    stride_q_h: tl.int64,
+    stride_q_d: tl.int64,
+    stride_k_blk: tl.int64,
+    stride_k_slot: tl.int64,
+    stride_k_head: tl.int64,
+    stride_v_blk: tl.int64,
+    stride_v_slot: tl.int64,
+    stride_v_head: tl.int64,
+    stride_o_t: tl.int64,
+    stride_o_h: tl.int64,
+    stride_o_d: tl.int64,
+    stride_bt: tl.int64,
+    NUM_Q_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,  # nH // nKV
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,  # vLLM block_size
+    BLOCK_Q: tl.constexpr,  # queries of one request per tile
+    BLOCK_M: tl.constexpr,  # next_pow2(BLOCK_Q * GROUP), >= 16
+    BLOCK_N: tl.constexpr,  # keys per tile
+    NUM_SPLITS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    ASM_PAGE_LOAD: tl.constexpr,  # block-table loads hidden from the pipeliner
+    PERSISTENT: tl.constexpr,  # fewer programs than items: each loops
+):
+    # Items in launch order: KV heads fastest, then splits, then requests, so
+    # programs that run side by side read the same cache pages (the heads of
+    # one slot are adjacent in vLLM's default layout).
+    pid = tl.program_id(0)
+    num_items = num_reqs * (NUM_KV_HEADS * NUM_SPLITS)
+    if PERSISTENT:  # items pid, pid + num_programs, ...
+        offset, first, last, step = 0, pid, num_items, tl.num_programs(0)
+    else:  # item pid: the loop runs once and the compiler removes it
+        offset, first, last, step = pid, 0, 1, 1
+    for it in range(first, last, step):
+        item = offset + it
+        kv_head = item % NUM_KV_HEADS
+        split_idx = item // NUM_KV_HEADS % NUM_SPLITS
+        req_idx = item // (NUM_KV_HEADS * NUM_SPLITS)
+        q_first = tl.load(query_start_loc_ptr + req_idx)
+        num_q = tl.load(query_start_loc_ptr + req_idx + 1) - q_first
+        ctx_len = tl.load(context_lens_ptr + req_idx)
+        split_lo, split_hi = _key_slice(
+            ctx_len, num_q, window, split_idx, HAS_WINDOW, NUM_SPLITS, BLOCK_N
+        )
+        # The rows of one tile: BLOCK_Q queries x the GROUP query heads of a KV
+        # head, so every K/V row is read once per (request, KV head).
+        rows = tl.arange(0, BLOCK_M)
+        q_in_tile = rows // GROUP
+        head = kv_head * GROUP + rows % GROUP
+        offs_d = tl.arange(0, HEAD_DIM)
+        offs_n = tl.arange(0, BLOCK_N)
+        # tl.cast, not .to(): under the interpreter a loop index is a Python int.
+        bt_row = block_table_ptr + tl.cast(req_idx, tl.int64) * stride_bt
+        k_head = k_ptr + tl.cast(kv_head, tl.int64) * stride_k_head
+        v_head = v_ptr + tl.cast(kv_head, tl.int64) * stride_v_head
+
+        # Usually one pass (all queries of the request fit in BLOCK_Q); a
+        # request with more queries than BLOCK_Q takes several.
+        for q_base in range(0, num_q, BLOCK_Q):
+            q_idx = q_base + q_in_tile
+            row_ok = (q_idx < num_q) & (rows < BLOCK_Q * GROUP)
+            tok = (q_first + q_idx).to(tl.int64)
+            q_tile = tl.load(
+                _token_head_ptrs(
+                    q_ptr, tok, head, offs_d, stride_q_t, stride_q_h, stride_q_d
+                ),
+                mask=row_ok[:, None],
+                other=0.0,
+            )
+            m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+            for start_n in range(split_lo, split_hi, BLOCK_N):
+                pos = start_n + offs_n
+                key_ok = pos < split_hi
+                page = _page_ids(bt_row, pos, split_hi, PAGE_SIZE, ASM_PAGE_LOAD)
+                slot = pos % PAGE_SIZE
+                k_tile = _load_rows(
+                    k_head, page, slot, stride_k_blk, stride_k_slot, offs_d, key_ok
+                )
+                v_tile = _load_rows(
+                    v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
+                )
+                m_i, l_i, acc = _online_softmax_step(
+                    q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
+                )
+
+            if NUM_SPLITS == 1:
+                # The split covers the whole key range (>= 1 key as B_r >= 1).
+                tl.store(
+                    _token_head_ptrs(
+                        out_ptr, tok, head, offs_d, stride_o_t, stride_o_h, stride_o_d
+                    ),
+                    (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
+                    mask=row_ok[:, None],
+                )
+            else:
+                # Partial result; an empty split stores max=-inf, sum=0, acc=0.
+                part = (tok * NUM_Q_HEADS + head) * NUM_SPLITS + split_idx
+                tl.store(part_max_ptr + part, m_i, mask=row_ok)
+                tl.store(part_sum_ptr + part, l_i, mask=row_ok)
+                tl.store(
+                    part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :],
+                    acc,
+                    mask=row_ok[:, None],
+                )
+
+
+@triton.jit
+def combine_splits_kernel(
+    out_ptr,  # [T, nH, D]
+    part_acc_ptr,  # [T, nH, NUM_SPLITS, D] fp32
+    part_max_ptr,  # [T, nH, NUM_SPLITS] fp32
+    part_sum_ptr,  # [T, nH, NUM_SPLITS] fp32
+    query_start_loc_ptr,  # [R + 1] int32
+    num_reqs,
+    stride_o_t: tl.int64,
+    stride_o_h: tl.int64,
+    stride_o_d: tl.int64,
+    NUM_Q_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    """One program per (token, query head): merge the split partials."""
+    tok = tl.program_id(0)
+    head = tl.program_id(1)
+    # Rows outside query_start_loc[0] .. query_start_loc[R]-1 belong to no
+    # request (e.g. CUDA-graph padding): leave them untouched.
+    first = tl.load(query_start_loc_ptr)
+    last = tl.load(query_start_loc_ptr + num_reqs)
+    if (tok >= first) & (tok < last):
+        offs_s = tl.arange(0, NUM_SPLITS)
+        offs_d = tl.arange(0, HEAD_DIM)
+        part = (tok.to(tl.int64) * NUM_Q_HEADS + head) * NUM_SPLITS + offs_s
+        m_s = tl.load(part_max_ptr + part)
+        l_s = tl.load(part_sum_ptr + part)
+        acc_s = tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :])
+        m_all = tl.max(m_s, axis=0)
+        w = tl.exp2(m_s - m_all)  # empty splits: exp2(-inf) = 0
+        denom = tl.sum(l_s * w, axis=0)
+        o = tl.sum(acc_s * w[:, None], axis=0) / denom
+        tl.store(
+            out_ptr
+            + tok.to(tl.int64) * stride_o_t
+            + head.to(tl.int64) * stride_o_h
+            + offs_d * stride_o_d,
+            o.to(out_ptr.dtype.element_ty),
+        )

@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Launch policy of the fixed-history attention kernel.
+
+:func:`plan_launch` picks tile sizes, warps, stages, splits and the grid from
+host-side values only (no device-to-host sync, so a launch can be captured in a
+CUDA graph); it was tuned on an H200, see
+``benchmarks/fixed_history_attention_h200.md``. :func:`launch_kernel` runs the
+kernels for a given :class:`LaunchPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from vllm_spark2_5_plugin.ops.fixed_history_kernel import (
+    combine_splits_kernel,
+    fixed_history_kernel,
+)
+
+_LOG2E = 1.4426950408889634
+_MAX_ITEMS = 2**31 - 1  # (request, KV head, split) items per launch: int32
+_SM_COUNT: dict[int, int] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """How to launch the kernel.
+
+    ``programs_per_sm > 0`` asks for a persistent grid of
+    ``min(items, programs_per_sm * SMs)`` programs that loop over the
+    (request, KV head) items; it needs ``num_splits == 1``. ``0``: one
+    program per (request, KV head, split) item. ``asm_page_load`` reads the
+    page ids with inline PTX (NVIDIA only; ignored under the interpreter).
+    """
+
+    block_q: int  # queries of one request per tile
+    block_n: int  # keys per tile
+    num_splits: int  # slices of each request's key range
+    num_warps: int
+    num_stages: int
+    asm_page_load: bool = False
+    programs_per_sm: int = 0
+
+    def __post_init__(self):
+        for name in ("block_q", "block_n", "num_splits", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.block_n < 16:
+            raise ValueError(f"block_n must be at least 16, got {self.block_n}")
+        if self.num_stages < 1 or self.programs_per_sm < 0:
+            raise ValueError(
+                f"num_stages must be >= 1 and programs_per_sm >= 0, got "
+                f"{self.num_stages} and {self.programs_per_sm}"
+            )
+        if self.programs_per_sm and self.num_splits != 1:
+            raise ValueError(
+                f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
+                f"needs num_splits == 1, got num_splits={self.num_splits}"
+            )
+
+    def tile_rows(self, group: int) -> int:
+        """Rows of a tile (BLOCK_M) for ``group`` query heads per KV head."""
+        return _tile_rows(self.block_q, group)
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (cached); 4 elsewhere, so
+    that the split path gets exercised under the interpreter too."""
+    if device.type != "cuda":
+        return 4
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _tile_rows(block_q: int, group: int) -> int:
+    """block_q queries x group query heads, padded to a power of two >= 16."""
+    return max(16, _next_pow2(block_q * group))
+
+
+def plan_launch(
+    *,
+    num_tokens: int,
+    num_reqs: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    sliding_window: int | None,
+    max_kv_len: int,
+    device: torch.device,
+    num_sms: int | None = None,
+) -> LaunchPlan:
+    """The launch that measured best on an H200 for these shapes.
+
+    Host-side values only: ``max_kv_len`` is the block-table capacity
+    (max_blocks * block_size) and ``num_sms`` defaults to ``sm_count(device)``.
+    The branches and their measurements: ``docs/kernel.md`` and
+    ``benchmarks/fixed_history_attention_h200.md``.
+    """
+    num_sms = sm_count(device) if num_sms is None else num_sms
+    group = num_heads // num_kv_heads
+    avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
+    max_rows = 64 if head_dim >= 256 else 128
+    block_q = _next_pow2(avg_q)
+    while block_q > 1 and block_q * group > max_rows:
+        block_q //= 2
+    block_m = _tile_rows(block_q, group)
+    asm = False
+    persistent = 0
+    target = int(3.5 * num_sms)
+    # asm: page ids through inline PTX, so that K/V are pipelined
+    # num_stages - 1 tiles ahead instead of one.
+    if block_m >= 128:
+        # About one (2-CTA) wave: more splits only add partials to merge.
+        block_n, num_warps, num_stages, asm = 32, 4, 4, True
+        target = num_sms
+    elif head_dim >= 256:
+        block_n, num_warps, num_stages = 64, 8, 2
+    elif head_dim >= 128:
+        block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
+        # 2 resident programs per SM streaming items beat one program per
+        # item on the H200 (1 and 3 per SM were slower).
+        persistent = 2 if block_m <= 32 else 0
+    elif block_m <= 32:
+        block_n, num_warps, num_stages, asm = 64, 4, 4, True
+    else:
+        block_n, num_warps, num_stages = 128, 8, 3
+
+    # Enough programs to fill the GPU, but keep each split at least a few key
+    # tiles long (estimated from static bounds).
+    window = max_kv_len if sliding_window is None else sliding_window
+    est_span = min(max_kv_len, window + avg_q)
+    splits = 1
+    pairs = max(1, num_reqs * num_kv_heads)
+    while (
+        pairs * splits < target
+        and est_span // (splits * 2) >= 4 * block_n
+        and splits < 64
+    ):
+        splits *= 2
+    # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch); the
+    # persistent grid was tuned on NVIDIA only and needs a single split.
+    asm = asm and torch.version.hip is None
+    if splits > 1 or device.type != "cuda" or torch.version.hip is not None:
+        persistent = 0
+    return LaunchPlan(
+        block_q=block_q,
+        block_n=block_n,
+        num_splits=splits,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        asm_page_load=asm,
+        programs_per_sm=persistent,
+    )
+
+
+def launch_kernel(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    window: int | None,
+    scale: float,
+    out: torch.Tensor,
+    plan: LaunchPlan,
+) -> torch.Tensor:
+    """Run the kernels with ``plan``; the arguments must already have passed
+    ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
+    num_tokens, num_heads, head_dim = q.shape
+    _, page_size, num_kv_heads, _ = k_cache.shape
+    num_reqs = context_lens.shape[0]
+    splits = plan.num_splits
+    num_items = num_reqs * num_kv_heads * splits
+    if num_items > _MAX_ITEMS:
+        raise ValueError(
+            f"{num_reqs} requests x {num_kv_heads} KV heads x {splits} splits "
+            f"exceed {_MAX_ITEMS} work items per launch; split the batch"
+        )
+    programs = num_items
+    if plan.programs_per_sm:
+        # From shapes and the cached SM count only: stays graph-capturable.
+        programs = min(num_items, plan.programs_per_sm * sm_count(q.device))
+    if splits > 1:
+        part_acc = torch.empty(
+            (num_tokens, num_heads, splits, head_dim),
+            dtype=torch.float32,
+            device=q.device,
+        )
+        part_max = torch.empty(
+            (num_tokens, num_heads, splits), dtype=torch.float32, device=q.device
+        )
+        part_sum = torch.empty_like(part_max)
+    else:
+        part_acc = part_max = part_sum = out  # unused by the kernel
+
+    fixed_history_kernel[(programs,)](
+        q,
+        k_cache,
+        v_cache,
+        out,
+        part_acc,
+        part_max,
+        part_sum,
+        block_table,
+        context_lens,
+        query_start_loc,
+        scale * _LOG2E,
+        window if window is not None else 0,
+        num_reqs,
+        *q.stride(),
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        *out.stride(),
+        block_table.stride(0),
+        NUM_Q_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size,
+        BLOCK_Q=plan.block_q,
+        BLOCK_M=plan.tile_rows(num_heads // num_kv_heads),
+        BLOCK_N=plan.block_n,
+        NUM_SPLITS=splits,
+        HAS_WINDOW=window is not None,
+        # The interpreter cannot run inline PTX.
+        ASM_PAGE_LOAD=plan.asm_page_load and not interpreting(),
+        PERSISTENT=bool(plan.programs_per_sm),
+        num_warps=plan.num_warps,
+        num_stages=plan.num_stages,
+    )
+    if splits > 1:
+        combine_splits_kernel[(num_tokens, num_heads)](
+            out,
+            part_acc,
+            part_max,
+            part_sum,
+            query_start_loc,
+            num_reqs,
+            *out.stride(),
+            NUM_Q_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            NUM_SPLITS=splits,
+            num_warps=4 if head_dim * splits >= 1024 else 2,
+        )
+    return out
