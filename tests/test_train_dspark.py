@@ -23,13 +23,10 @@ from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
+from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
+from vllm_spark2_5_plugin.tools.dspark_draft_torch import DSparkDraft, draft_loss
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
-from vllm_spark2_5_plugin.tools.train_dspark import (
-    DraftConfig,
-    DSparkDraft,
-    draft_loss,
-    train,
-)
+from vllm_spark2_5_plugin.tools.train_dspark import train
 
 PROMPT_LEN, GEN_LEN, N_TRAIN, N_EVAL = 8, 32, 12, 4
 LAYER_NAMES = [

@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Checkpoint I/O of the DSpark trainer: draft tensors and ``dspark_*`` fields.
+
+Find and read the draft tensors of a checkpoint; write a copy of it with a new
+draft and its ``dspark_*`` config fields.
+
+See ``docs/dspark_training.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, DSPARK_ALIASES
+
+INDEX = "model.safetensors.index.json"
+DRAFT_SHARD = "model-dspark-draft.safetensors"
+
+
+def read_tensors(path: Path, keep) -> dict[str, torch.Tensor]:
+    """The tensors of every shard whose name ``keep`` accepts."""
+    from safetensors import safe_open
+
+    out = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            out.update({n: f.get_tensor(n) for n in f.keys() if keep(n)})  # noqa: SIM118
+    return out
+
+
+def read_draft(path: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """The draft tensors under ``prefix``, named without it."""
+    found = read_tensors(path, lambda n: n.startswith(prefix))
+    return {n[len(prefix) :]: t for n, t in found.items()}
+
+
+def draft_prefix(path: Path) -> str | None:
+    """The one draft prefix the checkpoint's tensors use (``None``: no draft)."""
+    from safetensors import safe_open
+
+    found = set()
+    for shard in path.glob("*.safetensors"):
+        with safe_open(str(shard), framework="pt") as f:
+            names = list(f.keys())  # noqa: SIM118 (safe_open is not a dict)
+            found |= {
+                p for n in names for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)
+            }
+    if len(found) > 1:
+        raise ValueError(f"{path} has draft tensors under several prefixes {found}")
+    return found.pop() if found else None
+
+
+def write_checkpoint(
+    src: Path,
+    dst: Path,
+    draft: dict[str, torch.Tensor],
+    prefix: str,
+    fields: dict[str, Any],
+) -> None:
+    """``dst`` = ``src`` with every old draft tensor dropped and ``draft`` added.
+
+    One unindexed shard: the draft goes into it. Otherwise the draft gets its
+    own shard, ``model-dspark-draft.safetensors``, listed in the index. Draft
+    tensors take the dtype of the target's embedding. config.json gets the
+    ``dspark_*`` fields (and any alias spelling present is set alike).
+    """
+    from safetensors.torch import load_file, save_file
+
+    is_draft = lambda n: n.startswith(DRAFT_WEIGHT_PREFIXES)  # noqa: E731
+    shutil.copytree(
+        src,
+        dst,
+        ignore=shutil.ignore_patterns("*.safetensors", INDEX, "train_dspark.json"),
+        dirs_exist_ok=True,
+    )
+    shards = sorted(p.name for p in src.glob("*.safetensors") if p.name != DRAFT_SHARD)
+    embed = read_tensors(src, lambda n: n == "model.embed_tokens.weight")
+    dtype = next(iter(embed.values())).dtype
+    new = {
+        prefix + n: t.detach().to("cpu", dtype).contiguous() for n, t in draft.items()
+    }
+    merge = len(shards) == 1 and not (src / INDEX).exists()
+    for name in shards:
+        tensors = load_file(str(src / name))
+        kept = {n: t for n, t in tensors.items() if not is_draft(n)}
+        if merge:
+            kept |= new
+        if merge or len(kept) != len(tensors):
+            save_file(kept, str(dst / name), metadata={"format": "pt"})
+        else:
+            shutil.copy2(src / name, dst / name)
+    if not merge:
+        save_file(new, str(dst / DRAFT_SHARD), metadata={"format": "pt"})
+        if (src / INDEX).exists():
+            index = json.loads((src / INDEX).read_text())
+            wmap = {n: f for n, f in index["weight_map"].items() if not is_draft(n)}
+            index["weight_map"] = wmap | dict.fromkeys(new, DRAFT_SHARD)
+            (dst / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    config = json.loads((src / "config.json").read_text())
+    for name, value in fields.items():
+        config[name] = value
+        if DSPARK_ALIASES.get(name) in config:
+            config[DSPARK_ALIASES[name]] = value
+    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def noise_token_id(path: Path) -> int | None:
+    """The tokenizer's mask token (or ``<|mask|>``), the default noise token."""
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path))
+    except Exception:  # noqa: BLE001
+        return None
+    if tok.mask_token_id is not None:
+        return tok.mask_token_id
+    ids = tok.convert_tokens_to_ids(["<|mask|>"])
+    return ids[0] if ids[0] != tok.unk_token_id and ids[0] is not None else None

@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The DSpark trainer's data: prompts, continuations, sequences, hidden states.
+
+Seeded random prompts, the target's greedy continuations (reference or vLLM),
+sequences files, and the target's hidden states at the draft's layers.
+
+See ``docs/dspark_training.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+# -- prompts and the target's greedy continuations -------------------------------------
+
+
+def prompt_token_pool(path: str | Path, vocab_size: int) -> torch.Tensor:
+    """Token ids a random prompt may use: the tokenizer's ids minus special ones.
+
+    Without a loadable tokenizer: ``0 .. vocab_size-1`` minus the special ids
+    that ``config.json`` names.
+    """
+    path = Path(path)
+    raw = json.loads((path / "config.json").read_text())
+    special: set[int] = set()
+    for key in (
+        "eos_token_id",
+        "pad_token_id",
+        "bos_token_id",
+        "dspark_noise_token_id",
+    ):
+        value = raw.get(key)
+        special.update(value if isinstance(value, list) else [value])
+    size = vocab_size
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path))
+        size = min(vocab_size, len(tok))
+        special.update(tok.all_special_ids)
+        special.update(i for i, t in tok.added_tokens_decoder.items() if t.special)
+    except Exception as exc:  # noqa: BLE001 (a checkpoint without a tokenizer)
+        print(f"[dspark] no tokenizer ({exc!r}); prompts use ids 0..{size - 1}")
+    return torch.tensor([i for i in range(size) if i not in special])
+
+
+def random_prompts(
+    pool: torch.Tensor, num: int, length: int, seed: int
+) -> list[list[int]]:
+    """``num`` prompts of ``length`` ids drawn from ``pool``; fixed by ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    return pool[torch.randint(len(pool), (num, length), generator=gen)].tolist()
+
+
+def _vllm_worker(path: str, job: str) -> None:
+    """Runs in a fresh process: vLLM greedy continuations, written to ``job``."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    spec = json.loads(Path(job).read_text())
+    prompts, gen_len = spec["prompts"], spec["gen_len"]
+    llm = LLM(
+        model=path,
+        seed=spec["seed"],
+        max_model_len=max(map(len, prompts)) + gen_len + 8,
+        gpu_memory_utilization=spec["gpu_memory_utilization"],
+        dtype=spec["dtype"],
+        enforce_eager=True,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+    spec["continuations"] = [list(o.outputs[0].token_ids) for o in outputs]
+    Path(job).write_text(json.dumps(spec))
+
+
+def greedy_continuations(
+    path: str | Path,
+    prompts: Sequence[Sequence[int]],
+    gen_len: int,
+    method: str,
+    target: Spark2_5Reference | None = None,
+    seed: int = 0,
+    gpu_memory_utilization: float = 0.8,
+    vllm_dtype: str = "auto",
+) -> list[list[int]]:
+    """The target's greedy continuation (``gen_len`` tokens) of every prompt.
+
+    ``reference``: :meth:`Spark2_5Reference.greedy` (tiny models, CPU).
+    ``vllm``: ``vllm.LLM`` at temperature 0 with ``ignore_eos``, in a child
+    process so that its GPU memory is free again when it returns.
+    """
+    if method == "reference":
+        if target is None:
+            raise ValueError("the reference continuations need the reference target")
+        with torch.no_grad():
+            return [target.greedy(list(p), gen_len)[0] for p in prompts]
+    if method != "vllm":
+        raise ValueError(f"continuations must be reference or vllm, not {method!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "job.json"
+        spec = {"prompts": [list(p) for p in prompts], "gen_len": gen_len}
+        spec |= {"seed": seed, "dtype": vllm_dtype}
+        spec |= {"gpu_memory_utilization": gpu_memory_utilization}
+        job.write_text(json.dumps(spec))
+        code = f"import {__name__} as m; m._vllm_worker({str(path)!r}, {str(job)!r})"
+        subprocess.run([sys.executable, "-c", code], check=True)
+        out = json.loads(job.read_text())["continuations"]
+    short = [i for i, c in enumerate(out) if len(c) != gen_len]
+    if short:
+        raise RuntimeError(f"vLLM stopped early on prompts {short}")
+    return out
+
+
+def target_features(
+    target: Spark2_5Reference, ids: Sequence[int], layer_ids: Sequence[int]
+) -> torch.Tensor:
+    """``[T, n*H]``: the outputs of target layers ``layer_ids`` (ascending)."""
+    with torch.no_grad():
+        stream = target.residual_stream(list(ids))
+        return torch.cat([stream[i + 1] for i in sorted(layer_ids)], dim=-1)
+
+
+# -- sequences: generated or from a file -----------------------------------------------
+
+
+def read_sequences(path: Path, take: int | None = None) -> tuple[int, list[list[int]]]:
+    """``(prompt_len, sequences)`` of a ``{"prompt_len", "sequences"}`` file.
+
+    ``take``: the first ``take`` sequences, which must exist and share one
+    length (``None``: all of them, unchecked).
+    """
+    given = json.loads(path.read_text())
+    plen, seqs = given["prompt_len"], given["sequences"]
+    if take is not None:
+        if len(seqs) < take or len(set(map(len, seqs))) != 1:
+            raise ValueError(f"{path}: need {take} sequences of one length")
+        seqs = seqs[:take]
+    return plen, seqs
+
+
+def write_sequences(path: Path, prompt_len: int, seqs: list[list[int]]) -> None:
+    """The file :func:`read_sequences` reads."""
+    path.write_text(json.dumps({"prompt_len": prompt_len, "sequences": seqs}) + "\n")
+
+
+def target_and_sequences(
+    path: Path,
+    num: int,
+    prompt_len: int,
+    gen_len: int,
+    seed: int,
+    continuations: str,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    sequences_file: Path | None = None,
+    take: int | None = None,
+    gpu_memory_utilization: float = 0.8,
+    vllm_dtype: str = "auto",
+) -> tuple[Spark2_5Reference, int, list[list[int]]]:
+    """The reference target of checkpoint ``path`` and ``prompt + continuation``
+    sequences: read from ``sequences_file`` (see :func:`read_sequences`), else
+    ``num`` seeded random prompts and their greedy continuations.
+
+    vLLM generates before the reference target is loaded, so that the two
+    never hold GPU memory at once. Returns ``(target, prompt_len, sequences)``.
+    """
+    seqs = None
+    if sequences_file is not None:
+        prompt_len, seqs = read_sequences(sequences_file, take)
+    else:
+        vocab = json.loads((path / "config.json").read_text())["vocab_size"]
+        prompts = random_prompts(prompt_token_pool(path, vocab), num, prompt_len, seed)
+        if continuations == "vllm":
+            conts = greedy_continuations(
+                path,
+                prompts,
+                gen_len,
+                "vllm",
+                seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization,
+                vllm_dtype=vllm_dtype,
+            )
+            seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
+    target = Spark2_5Reference.from_checkpoint(path, dtype, device)
+    if seqs is None:
+        conts = greedy_continuations(path, prompts, gen_len, continuations, target)
+        seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
+    return target, prompt_len, seqs

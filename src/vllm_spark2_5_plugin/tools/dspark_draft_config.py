@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The shape of the DSpark draft the trainer builds, from a checkpoint's config.json.
+
+See ``docs/dspark_training.md``; the fields are described in ``docs/dspark.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_spark2_5_plugin.names import DSPARK_ALIASES, FULL
+from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
+
+
+def _rope_per_type(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """RoPE parameters per layer type from any config.json spelling."""
+    defaults = {SLIDING_TYPE: 1e4, FULL: 1e6}
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    nested = any(t in params for t in defaults)
+    out = {}
+    for layer_type, theta in defaults.items():
+        entry = dict(params.get(layer_type) or {}) if nested else dict(params)
+        entry.setdefault("rope_type", entry.get("type", "default"))
+        entry.setdefault("rope_theta", raw.get("rope_theta") or theta)
+        out[layer_type] = entry
+    return out
+
+
+def _dspark(raw: dict[str, Any], name: str) -> Any:
+    value = raw.get(name)
+    return (
+        raw.get(DSPARK_ALIASES[name])
+        if value is None and name in DSPARK_ALIASES
+        else value
+    )
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_act: str
+    rms_norm_eps: float
+    attention_bias: bool
+    attention_output_gate: bool
+    rope_parameters: dict[str, dict[str, Any]]
+    block_size: int
+    markov_rank: int
+    target_layer_ids: tuple[int, ...]
+    markov_head_type: str
+    enable_confidence_head: bool
+    noise_token_id: int | None
+    layer_types: tuple[str, ...]
+    sliding_window: int
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any], **overrides: Any) -> DraftConfig:
+        """Target fields + ``dspark_*`` fields of config.json; ``overrides`` win."""
+        n = raw["num_hidden_layers"]
+        default_ids = sorted(
+            {min(n - 1, 1 + round(k * max(n - 3, 0) / 2)) for k in range(3)}
+        )
+        dspark = {
+            "block_size": _dspark(raw, "dspark_block_size") or 8,
+            "markov_rank": _dspark(raw, "dspark_markov_rank") or 32,
+            "target_layer_ids": _dspark(raw, "dspark_target_layer_ids") or default_ids,
+            "markov_head_type": _dspark(raw, "dspark_markov_head_type") or "vanilla",
+            "enable_confidence_head": bool(
+                _dspark(raw, "dspark_enable_confidence_head")
+            ),
+            "noise_token_id": _dspark(raw, "dspark_noise_token_id"),
+            "layer_types": raw.get("dspark_layer_types") or [SLIDING_TYPE],
+            "sliding_window": raw.get("dspark_sliding_window")
+            or raw.get("sliding_window", 4096),
+        }
+        dspark.update({k: v for k, v in overrides.items() if v is not None})
+        dspark["target_layer_ids"] = tuple(sorted(dspark["target_layer_ids"]))
+        dspark["layer_types"] = tuple(dspark["layer_types"])
+        return cls(
+            vocab_size=raw["vocab_size"],
+            hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"],
+            num_attention_heads=raw["num_attention_heads"],
+            num_key_value_heads=raw["num_key_value_heads"],
+            head_dim=raw["head_dim"],
+            hidden_act=raw.get("hidden_act", "gelu_pytorch_tanh"),
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            attention_output_gate=raw.get("attention_output_gate", True),
+            rope_parameters=_rope_per_type(raw),
+            **dspark,
+        )
+
+    def config_fields(self) -> dict[str, Any]:
+        """The canonical ``dspark_*`` fields of config.json."""
+        return {
+            "dspark_block_size": self.block_size,
+            "dspark_markov_rank": self.markov_rank,
+            "dspark_target_layer_ids": list(self.target_layer_ids),
+            "dspark_markov_head_type": self.markov_head_type,
+            "dspark_enable_confidence_head": self.enable_confidence_head,
+            "dspark_noise_token_id": self.noise_token_id,
+            "dspark_layer_types": list(self.layer_types),
+            "dspark_sliding_window": self.sliding_window,
+        }
+
+    def check(self, num_hidden_layers: int) -> None:
+        """Raise ``ValueError`` on a shape the trainer cannot build."""
+        ids, n, noise = self.target_layer_ids, num_hidden_layers, self.noise_token_id
+        if not all(0 <= i < n for i in ids) or not ids:
+            raise ValueError(f"target layer ids {ids} not in 0..{n - 1}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"target layer ids repeat: {ids}")
+        if self.markov_head_type not in ("vanilla", "rnn"):
+            raise ValueError(f"markov head type {self.markov_head_type!r}")
+        if noise is None or not 0 <= noise < self.vocab_size:
+            raise ValueError(f"noise token id {noise}: pass --noise-token-id")
