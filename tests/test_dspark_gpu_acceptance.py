@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""On a GPU: a trained draft is accepted inside vLLM exactly as the references
+predict offline.
+
+The draft of a tiny Spark2_5 checkpoint is trained on the target's own greedy
+continuations (``spark2_5-train-dspark``, vLLM generating them). vLLM then
+serves the same prompts with DSpark, and its measured mean acceptance length
+(``1 + accepted / drafts`` from its spec-decode counters) is compared with the
+acceptance length that the pure-PyTorch references predict by replaying
+greedy speculative decoding over vLLM's own output sequences. They must agree
+within 3%; the draft must also be accepted often enough for the comparison to
+mean something.
+
+Skipped without CUDA and a CUDA build of vLLM. Results also go to
+``$SPARK2_5_ORACLE_OUT/acceptance.json`` when that variable is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.cuda, pytest.mark.slow]
+
+
+def _gpu_vllm_available() -> bool:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        from vllm.platforms import current_platform
+
+        return current_platform.is_cuda()
+    except Exception:  # noqa: BLE001 - any import problem means "not available"
+        return False
+
+
+if not _gpu_vllm_available():
+    pytest.skip(
+        "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0", allow_module_level=True
+    )
+
+NUM_PROMPTS = 48
+PROMPT_LEN = 48
+GEN_LEN = 192
+TOLERANCE = 0.03
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, list[list[int]], list[list[int]]]:
+    """(checkpoint, prompts, the target's continuations the draft trained on)."""
+    import torch
+
+    from vllm_spark2_5_plugin.names import FULL, SLIDING
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+    from vllm_spark2_5_plugin.tools.train_dspark import train
+
+    root = tmp_path_factory.mktemp("dspark-acceptance")
+    target = make_tiny_checkpoint(
+        root / "target",
+        dtype=torch.float16,
+        dspark={
+            "dspark_layer_types": [SLIDING, FULL],
+            "dspark_markov_head_type": "rnn",
+            "dspark_enable_confidence_head": True,
+        },
+        dspark_prefix="mtp.",
+    )
+    out, sequences = root / "trained", root / "sequences.json"
+    options = {
+        "--num-prompts": NUM_PROMPTS,
+        "--eval-prompts": 0,
+        "--prompt-len": PROMPT_LEN,
+        "--gen-len": GEN_LEN,
+        "--steps": 600,
+        "--seed": 0,
+        "--device": "cuda",
+        "--dtype": "float32",
+        "--continuations": "vllm",
+        "--save-sequences": sequences,
+    }
+    train([str(target), str(out), *(str(x) for kv in options.items() for x in kv)])
+    saved = json.loads(sequences.read_text())
+    p = saved["prompt_len"]
+    return out, [s[:p] for s in saved["sequences"]], [s[p:] for s in saved["sequences"]]
+
+
+def _serve(path: Path, prompts: list[list[int]], num_spec: int):
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        str(path),
+        max_model_len=1024,
+        gpu_memory_utilization=0.3,
+        seed=0,
+        speculative_config={"method": "dspark", "num_speculative_tokens": num_spec},
+        disable_log_stats=False,
+    )
+    try:
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            SamplingParams(temperature=0.0, max_tokens=GEN_LEN, ignore_eos=True),
+            use_tqdm=False,
+        )
+        metrics = {m.name: m for m in llm.get_metrics()}
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    return [list(o.outputs[0].token_ids) for o in outputs], metrics
+
+
+def _counter(metrics, name: str) -> float:
+    metric = metrics[name]
+    return float(getattr(metric, "value", 0))
+
+
+def test_vllm_acceptance_equals_offline_prediction(trained):
+    import torch
+
+    from vllm_spark2_5_plugin.tools.dspark_acceptance import checkpoint_acceptance
+
+    path, prompts, trained_on = trained
+    num_spec = json.loads((path / "config.json").read_text())["dspark_block_size"]
+    outputs, metrics = _serve(path, prompts, num_spec)
+    drafts = _counter(metrics, "vllm:spec_decode_num_drafts")
+    accepted = _counter(metrics, "vllm:spec_decode_num_accepted_tokens")
+    measured = 1.0 + accepted / drafts
+
+    sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
+    offline = checkpoint_acceptance(
+        path, sequences, PROMPT_LEN, dtype=torch.float32, device="cuda"
+    )
+    same = sum(o == t for o, t in zip(outputs, trained_on, strict=True))
+    result = {
+        "checkpoint": str(path),
+        "num_prompts": len(prompts),
+        "gen_len": GEN_LEN,
+        "num_speculative_tokens": num_spec,
+        "vllm": {"num_drafts": drafts, "num_accepted_tokens": accepted},
+        "vllm_mean_acceptance_length": measured,
+        "offline": offline.as_dict(),
+        "relative_difference": measured / offline.mean_acceptance_length - 1.0,
+        "outputs_equal_to_training_continuations": same,
+    }
+    print("ACCEPTANCE", json.dumps(result))
+    out_dir = os.environ.get("SPARK2_5_ORACLE_OUT")
+    if out_dir:
+        Path(out_dir, "acceptance.json").write_text(json.dumps(result, indent=2))
+    assert offline.mean_acceptance_length > 1.5, "the trained draft is rarely accepted"
+    assert abs(result["relative_difference"]) <= TOLERANCE, result
