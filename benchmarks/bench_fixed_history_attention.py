@@ -227,7 +227,12 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base):
         if plan.block_n * D > 256 * 128:
             return
         try:
-            fn = lambda: ops.launch(q, k, v, bt, ctx, qsl, W, scale, plan, out=out)  # noqa: E731
+            fn = functools.partial(
+                ops.fixed_history_attention,
+                *(q, k, v, bt, ctx, qsl, W, scale),
+                out=out,
+                plan=plan,
+            )
             fn()
             t = bench(fn, rep=60)
         except Exception as e:  # out of resources etc.

@@ -160,7 +160,9 @@ def _run_and_check(case, *, dtype, device, out_given=True, plan=None, **options)
     if plan is not None or out_given or extra_rows:
         out = torch.full_like(q, float("nan"))
         if plan is not None:
-            res = ops.launch(q, k, v, bt, ctx, qsl, window, scale, plan, out=out)
+            res = ops.fixed_history_attention(
+                q, k, v, bt, ctx, qsl, window, scale, out=out, plan=plan
+            )
         else:
             res = ops.fixed_history_attention(
                 q, k, v, bt, ctx, qsl, window, scale, out=out
@@ -299,7 +301,9 @@ if _IN_CHILD:
         for programs_per_sm in (0, persistent):
             out = torch.full_like(q, float("nan"))
             plan = _plan(2, 16, programs_per_sm=programs_per_sm)
-            ops.launch(q, k, v, bt, ctx, qsl, window, 0.2, plan, out=out)
+            ops.fixed_history_attention(
+                q, k, v, bt, ctx, qsl, window, 0.2, out=out, plan=plan
+            )
             outs.append(out)
         rows = sum(_RAGGED.q_lens)
         one_item, looping = outs
@@ -825,7 +829,9 @@ if not _IN_CHILD:
             plan = _plan(8, 128, num_stages=2, programs_per_sm=1)
 
             def call():
-                ops.launch(q, k, v, bt, ctx, qsl, window, scale, plan, out=out)
+                ops.fixed_history_attention(
+                    q, k, v, bt, ctx, qsl, window, scale, out=out, plan=plan
+                )
 
         assert plan.programs_per_sm * num_sms < num_reqs * nkv
         out = torch.full_like(q, float("nan"))

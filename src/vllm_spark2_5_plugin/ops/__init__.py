@@ -4,8 +4,8 @@
 * ``fixed_history_attention(q, k_cache, v_cache, block_table, context_lens,
   query_start_loc, sliding_window, scale, out=None)``: the Triton kernel;
 * ``fixed_history_attention_reference(...)``: the same in plain PyTorch;
-* ``plan_launch(...)`` -> ``LaunchPlan`` and ``launch(..., plan, out=None)``:
-  the launch policy, and the kernel run with an explicit plan;
+* ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
+  ``fixed_history_attention(..., plan=plan)`` to run with another one);
 * ``sm_count(device)``: the SM count the persistent grid is sized with.
 
 These names load on first use, so that ``vllm_spark2_5_plugin.ops.limits``
@@ -22,7 +22,6 @@ _EXPORTS = {
     "LaunchPlan": "fixed_history_launch",
     "fixed_history_attention": "fixed_history",
     "fixed_history_attention_reference": "fixed_history_reference",
-    "launch": "fixed_history",
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
 }
@@ -30,7 +29,6 @@ __all__ = [
     "LaunchPlan",
     "fixed_history_attention",
     "fixed_history_attention_reference",
-    "launch",
     "plan_launch",
     "sm_count",
 ]
@@ -38,7 +36,6 @@ __all__ = [
 if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history import (
         fixed_history_attention,
-        launch,
     )
     from vllm_spark2_5_plugin.ops.fixed_history_launch import (
         LaunchPlan,

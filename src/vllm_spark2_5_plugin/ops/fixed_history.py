@@ -75,6 +75,8 @@ def fixed_history_attention(
     sliding_window: int | None,
     scale: float,
     out: torch.Tensor | None = None,
+    *,
+    plan: LaunchPlan | None = None,
 ) -> torch.Tensor:
     """Attention of each request's draft block over a fixed key window.
 
@@ -94,6 +96,8 @@ def fixed_history_attention(
             positions ``0 .. L_r + B_r - 1``. Zero/negative values are refused.
         scale: softmax scale applied to ``q . k``.
         out: optional ``[T, nH, D]`` output with ``q``'s dtype and device.
+        plan: the launch configuration; ``None`` (the default) uses the one
+            :func:`plan_launch` picks for these shapes and this device.
 
     Returns:
         ``out`` (allocated when not given). Rows owned by no request are left
@@ -104,34 +108,6 @@ def fixed_history_attention(
     ``L_r + B_r <= max_blocks * block_size`` with valid page ids in the table.
     GQA: query head ``h`` uses KV head ``h // (nH // nKV)``.
     """
-    return launch(
-        q,
-        k_cache,
-        v_cache,
-        block_table,
-        context_lens,
-        query_start_loc,
-        sliding_window,
-        scale,
-        None,
-        out=out,
-    )
-
-
-def launch(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    sliding_window: int | None,
-    scale: float,
-    plan: LaunchPlan | None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """:func:`fixed_history_attention` launched with an explicit ``plan``
-    (``None``: the one :func:`plan_launch` picks). Same checks and result."""
     check_tensors(q, k_cache, v_cache, out)
     window = check_window(sliding_window)
     num_reqs = check_metadata(q, block_table, context_lens, query_start_loc)
