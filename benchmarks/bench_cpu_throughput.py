@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM-CPU throughput: Spark2_5 against vLLM's in-tree Llama of equal shapes.
 
 Both checkpoints are random, with the same hidden/intermediate sizes, layer

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Serving benchmark for Spark2_5 with and without DSpark speculative decoding.
 #
 # Reproduces the metrics of the published table (SPEC §7): 500 concurrent

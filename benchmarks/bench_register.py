@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Extra start-up cost of the plugin's register() per vLLM process.
 
 Each sample is a fresh interpreter that first imports what every vLLM process

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parse cost of ``spark25`` against vLLM's ``glm47`` parser on the same outputs.
 
 Synthetic model outputs of 256 to 8192 tokens (prose plus a tool call every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One line describing the machine and versions, for benchmark records."""
 
 import os

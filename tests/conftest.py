@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures. Imports neither vLLM nor the plugin's model code at module
 level: the kernel tests also run on a GPU machine that has no vLLM."""
 

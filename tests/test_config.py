@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spark2_5Config: SPEC §3 defaults, RoPE spellings, and field validation."""
 
 import json

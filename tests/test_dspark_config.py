@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DSpark config: aliases, validation, and the restore after vLLM's DeepSeek-V4
 fallback, through vLLM's real ModelConfig / SpeculativeConfig / EngineArgs."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End to end on a GPU: greedy output with DSpark equals output without it.
 
 Needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0 (DSpark runs only in

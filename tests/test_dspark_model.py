@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spark2_5DSparkForCausalLM on CPU against the pure-PyTorch DSpark reference.
 
 vLLM 0.32 cannot run DSpark end to end on CPU (Model Runner V2 needs Triton),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM + plugin greedy generation equals the pure-PyTorch reference (SPEC §3).
 
 Each configuration is a tiny random checkpoint served by the real vLLM 0.32.0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """register() through vLLM's real plugin loader, each case in a fresh process."""
 
 import ast

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for tests that run the real vLLM engine on CPU."""
 
 from __future__ import annotations

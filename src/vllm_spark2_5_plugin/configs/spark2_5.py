@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Transformers configuration for Spark2_5 (``model_type: "spark2_5"``).
 
 Imports only Transformers, so vLLM can register it at plugin load and pickle it

@@ -25,6 +25,7 @@ from vllm_spark2_5_plugin.names import (
     DSPARK_ALIASES,
     FULL,
     SLIDING,
+    TARGET_ARCH,
     TOOL_TOKENS,
 )
 
@@ -183,7 +184,7 @@ def make_tiny_checkpoint(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     dspark: bool | dict[str, Any] = False,
-    dspark_prefix: str = "draft_model.",
+    dspark_prefix: str = DRAFT_WEIGHT_PREFIXES[0],
     **config_overrides: Any,
 ) -> Path:
     """Write a tiny Spark2_5 checkpoint to ``path`` and return the path.
@@ -217,7 +218,7 @@ def make_tiny_checkpoint(
         }
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     config = Spark2_5Config(
-        architectures=["Spark2_5ForCausalLM"],
+        architectures=[TARGET_ARCH],
         eos_token_id=eos_id,
         pad_token_id=eos_id,
         bos_token_id=None,
@@ -256,7 +257,9 @@ def main(argv: list[str] | None = None) -> None:
         "--dspark", action="store_true", help="add DSpark draft config and weights"
     )
     parser.add_argument(
-        "--dspark-prefix", choices=DRAFT_WEIGHT_PREFIXES, default="draft_model."
+        "--dspark-prefix",
+        choices=DRAFT_WEIGHT_PREFIXES,
+        default=DRAFT_WEIGHT_PREFIXES[0],
     )
     args = parser.parse_args(argv)
     out = make_tiny_checkpoint(
