@@ -23,7 +23,9 @@ from vllm_spark2_5_plugin.names import (
 
 __all__ = ["TESTED_VLLM", "register"]
 
-__version__ = "0.1.0"
+#: The one source of the release number: pyproject.toml reads it (statically)
+#: through ``[tool.setuptools.dynamic]``. Keep it a plain string literal.
+__version__ = "0.2.0"
 
 #: The vLLM release this plugin was written and tested against.
 TESTED_VLLM = "0.32.0"
