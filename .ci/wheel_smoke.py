@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks behind .ci/wheel-smoke: the built release, not the source tree, works.
 
 Every step runs as its own process, started by .ci/wheel-smoke from a copy of
