@@ -10,7 +10,9 @@ engine, detokenizer and parser with vLLM's structured outputs:
   (and, where it likes, a tag's special token): the tags arrive spelled out.
 
 Both are checked streamed and non-streamed with the official ``openai`` client
-against hand-written expected calls, plus a load test and a bad request.
+against hand-written expected calls, plus a load test and bad requests (an
+invalid tools schema; tools whose names the format cannot call, which the
+parser's adjust_request refuses with a 400 naming them).
 """
 
 from __future__ import annotations
@@ -367,21 +369,20 @@ def test_32_concurrent_tool_call_requests(server):
         assert (got_content or "") == (content or "")
 
 
-def test_invalid_tools_schema_gets_4xx_and_server_keeps_serving(server, client):
-    body = {
-        "model": MODEL,
-        "messages": MESSAGES,
-        "tools": [{"type": "function", "function": {"parameters": "not a schema"}}],
-        "max_tokens": 5,
-    }
+def _post_refused(server, tools: list, **extra) -> tuple[int, dict]:
+    """POST a chat request that must be refused: (status, JSON error body)."""
+    body = {"model": MODEL, "messages": MESSAGES, "tools": tools, "max_tokens": 5}
     request = urllib.request.Request(
         server["base"] + "/v1/chat/completions",
-        data=json.dumps(body).encode(),
+        data=json.dumps({**body, **extra}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with pytest.raises(urllib.error.HTTPError) as excinfo:
         urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S)
-    assert 400 <= excinfo.value.code < 500
+    return excinfo.value.code, json.loads(excinfo.value.read())
+
+
+def _assert_still_serving(server, client) -> None:
     assert _get(server["base"] + "/health") == 200
     text, content, calls = ONE_CALL
     response = client.chat.completions.create(
@@ -393,3 +394,23 @@ def test_invalid_tools_schema_gets_4xx_and_server_keeps_serving(server, client):
     ]
     assert got == calls
     assert server["proc"].poll() is None
+
+
+def test_invalid_tools_schema_gets_4xx_and_server_keeps_serving(server, client):
+    tools = [{"type": "function", "function": {"parameters": "not a schema"}}]
+    code, _ = _post_refused(server, tools)
+    assert 400 <= code < 500
+    _assert_still_serving(server, client)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_uncallable_tool_name_gets_400_naming_it(server, client, stream):
+    """adjust_request refuses a tool the format cannot call; nothing else breaks."""
+    bad = [{"type": "function", "function": {"name": n}} for n in ("a b", "a\nb")]
+    code, error = _post_refused(server, [*TOOLS, *bad], stream=stream)
+    assert code == 400
+    assert error["error"]["type"] == "BadRequestError"
+    message = error["error"]["message"]
+    assert "'a b'" in message and "'a\\nb'" in message
+    assert "get_weather" not in message and "set_alarm" not in message
+    _assert_still_serving(server, client)

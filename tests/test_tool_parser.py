@@ -15,7 +15,6 @@ import pytest
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
 from vllm_spark2_5_plugin.tool_parsers.spark25 import Spark25ToolParser
-from vllm_spark2_5_plugin.tool_parsers.values import convert_value
 
 
 def _function(name: str, properties: dict | None = None) -> dict:
@@ -183,7 +182,7 @@ CASES = [
         "<arg_key>opts</arg_key><arg_value>[1]</arg_value>\n"
         "<arg_key>nothing</arg_key><arg_value>nil</arg_value>\n"
         "<arg_key>maybe</arg_key><arg_value> x </arg_value>\n"
-        "<arg_key>count</arg_key><arg_value>3.0</arg_value>\n"
+        "<arg_key>choice</arg_key><arg_value>3.0</arg_value>\n"
         "</tool_call>",
         None,
         [
@@ -191,7 +190,27 @@ CASES = [
                 "typed",
                 '{"count": "forty-two", "ratio": "1e999", "flag": "yes", '
                 '"tags": "[1, 2", "opts": "[1]", "nothing": "nil", "maybe": " x ", '
-                '"count": "3.0"}',
+                '"choice": "3.0"}',
+            )
+        ],
+    ),
+    Case(
+        "inexact_and_non_ascii_numbers_stay_strings",
+        "<tool_call>typed\n"
+        "<arg_key>count</arg_key><arg_value>\u0663\u0664</arg_value>\n"
+        "<arg_key>ratio</arg_key><arg_value>.5</arg_value>\n"
+        "<arg_key>maybe</arg_key><arg_value>\uff11\uff12</arg_value>\n"
+        "<arg_key>tags</arg_key><arg_value>[1e999, 1e-400]</arg_value>\n"
+        '<arg_key>opts</arg_key><arg_value>{"s": "\\ud800"}</arg_value>\n'
+        "<arg_key>choice</arg_key><arg_value>007</arg_value>\n"
+        "</tool_call>",
+        None,
+        [
+            (
+                "typed",
+                '{"count": "\u0663\u0664", "ratio": ".5", "maybe": "\uff11\uff12", '
+                '"tags": "[1e999, 1e-400]", "opts": "{\\"s\\": \\"\\\\ud800\\"}", '
+                '"choice": 7}',
             )
         ],
     ),
@@ -301,6 +320,25 @@ CASES = [
         W + "<arg_key>city</arg_key><arg_value>Paris",
         [("ping", "{}")],
         abandoned=["get_weather"],
+    ),
+    Case(
+        "repeated_key_call_is_content",
+        W + CITY_PARIS + "<arg_key> city </arg_key><arg_value>Rome</arg_value>"
+        "</tool_call>!<tool_call>ping</tool_call>",
+        W + CITY_PARIS + "<arg_key> city </arg_key><arg_value>Rome</arg_value>"
+        "</tool_call>!",
+        [("ping", "{}")],
+        abandoned=["get_weather"],
+    ),
+    Case(
+        "repeated_typed_key_call_is_content",
+        "<tool_call>typed<arg_key>count</arg_key><arg_value>1</arg_value>"
+        "<arg_key>flag</arg_key><arg_value>true</arg_value>"
+        "<arg_key>count</arg_key><arg_value>2</arg_value></tool_call>",
+        "<tool_call>typed<arg_key>count</arg_key><arg_value>1</arg_value>"
+        "<arg_key>flag</arg_key><arg_value>true</arg_value>"
+        "<arg_key>count</arg_key><arg_value>2</arg_value></tool_call>",
+        abandoned=["typed"],
     ),
     Case(
         "key_without_value_is_content",
@@ -536,31 +574,6 @@ def test_vllm_end_of_stream_check_adds_no_arguments():
     assert parser.prev_tool_call_arr == [
         {"name": "get_weather", "arguments": '{"city": "Paris", "days": 4}'}
     ]
-
-
-@pytest.mark.parametrize(
-    ("raw", "schema", "expected"),
-    [
-        ("5", {"type": "integer"}, 5),
-        ("5", {"type": "number"}, 5),
-        ("-0.25", {"type": "number"}, -0.25),
-        ("1e3", {"type": "number"}, 1000.0),
-        ("nan", {"type": "number"}, "nan"),
-        ("FALSE", {"type": "boolean"}, False),
-        ("null", {"type": ["string", "null"]}, None),
-        ("None", {"type": ["string", "null"]}, "None"),
-        ("12", {"type": ["string", "integer"]}, 12),
-        ("12", {"oneOf": [{"type": "string"}, {"type": "number"}]}, 12),
-        ('{"a": NaN}', {"type": "object"}, '{"a": NaN}'),
-        ("[" * 5000, {"type": "array"}, "[" * 5000),
-        (" text ", {"type": "string"}, " text "),
-        (" text ", None, " text "),
-        ("7", {"enum": [1, 2]}, "7"),  # no "type": left as the string
-    ],
-)
-def test_convert_value(raw, schema, expected):
-    value = convert_value(raw, schema)
-    assert value == expected and type(value) is type(expected)
 
 
 def test_chat_template_tool_calls_parse_back(tmp_path):

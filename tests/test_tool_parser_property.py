@@ -5,17 +5,31 @@
   streaming under random chunkings agrees with non-streaming.
 * Random well-formed outputs rendered from a known list of calls: the parser
   returns exactly those calls and the text between them.
+* Random well-formed calls whose keys may repeat: a call that repeats a key
+  is content in both modes, the others parse back exactly.
+* Random tool names: every callable name is called, under any chunking; every
+  other name is refused by ``adjust_request``.
 * The scanner alone (no vLLM objects): its events do not depend on how the
   output is cut into pieces.
+
+No call's arguments ever hold a key twice.
 """
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_tool_parser import make_request, run_non_streaming, run_streaming
+from test_tool_parser import (
+    _function,
+    make_parser,
+    make_request,
+    run_non_streaming,
+    run_streaming,
+)
+from vllm.exceptions import VLLMValidationError
 
 from vllm_spark2_5_plugin.names import STRUCTURAL_TAGS
 from vllm_spark2_5_plugin.tool_parsers.scanner import (
@@ -24,6 +38,7 @@ from vllm_spark2_5_plugin.tool_parsers.scanner import (
     CallStartEvent,
     ContentEvent,
     Spark25CallScanner,
+    is_callable_name,
 )
 
 KNOWN = ["get_weather", "typed", "ping", "search"]
@@ -72,6 +87,14 @@ def chunk_by(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in zip(points, points[1:], strict=False)] or [""]
 
 
+def assert_arguments_object(arguments: str) -> None:
+    """``arguments`` is a JSON object that holds no key twice."""
+    pairs = json.loads(arguments, object_pairs_hook=lambda p: p)
+    assert isinstance(pairs, list)
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), arguments
+
+
 def content_after_removing_calls(output: str, content: str, calls: int) -> bool:
     """Is ``content`` ``output`` with exactly ``calls`` call blocks cut out?
 
@@ -111,7 +134,7 @@ def test_random_output_never_raises_and_loses_no_text(output, cuts):
     assert content_after_removing_calls(output, content, len(calls))
     for name, arguments in calls:
         assert name in KNOWN
-        assert isinstance(json.loads(arguments), dict)
+        assert_arguments_object(arguments)
 
     for chunks in (chunk_by(output, cuts), list(output) or [""]):
         stream = run_streaming(chunks, request)
@@ -169,17 +192,95 @@ def test_rendered_calls_parse_back_exactly(segments, tail, ws, cuts):
         expected_calls.append((name, json.dumps(arguments, ensure_ascii=False)))
     output += tail
     expected_content += tail
+    assert_both_modes(output, cuts, expected_content, expected_calls)
 
+
+def assert_both_modes(output, cuts, content, calls, abandoned=()) -> None:
+    """``output`` gives ``content`` and ``calls`` in both modes.
+
+    Streamed, the calls that never close are exactly ``abandoned`` (names).
+    """
     request = make_request()
-    result, calls = run_non_streaming(output, request)
-    assert calls == expected_calls
-    assert (result.content or "") == expected_content
+    result, got = run_non_streaming(output, request)
+    assert got == calls
+    assert (result.content or "") == content
     stream = run_streaming(chunk_by(output, cuts), request)
-    assert [(c["name"], c["arguments"]) for c in stream.calls] == expected_calls
-    if expected_calls and not expected_content.strip():
+    finished = [(c["name"], c["arguments"]) for c in stream.calls if _closed(c)]
+    assert finished == calls
+    assert [c["name"] for c in stream.calls if not _closed(c)] == list(abandoned)
+    if calls and not content.strip():
         assert stream.content == ""
     else:
-        assert stream.content == expected_content
+        assert stream.content == content
+
+
+keyed_call = st.tuples(
+    st.just("search"),
+    st.lists(st.tuples(st.sampled_from(["query", "free"]), value_text), max_size=3),
+)
+
+
+@SETTINGS
+@given(
+    segments=st.lists(st.tuples(free_text, keyed_call), max_size=4),
+    ws=whitespace,
+    cuts=st.lists(st.integers(0, 400)),
+)
+def test_calls_that_repeat_a_key_are_content_in_both_modes(segments, ws, cuts):
+    output = expected_content = ""
+    expected_calls, repeated = [], []
+    for text, (name, pairs) in segments:
+        block = f"<tool_call>{name}{ws}"
+        for key, value in pairs:
+            block += f"<arg_key>{ws}{key}</arg_key><arg_value>{value}</arg_value>"
+        block += "</tool_call>"
+        output += text + block
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) < len(keys):
+            repeated.append(name)
+            expected_content += text + block
+        else:
+            expected_content += text
+            expected_calls.append((name, json.dumps(dict(pairs), ensure_ascii=False)))
+    assert_both_modes(output, cuts, expected_content, expected_calls, repeated)
+
+
+# -- tool names ------------------------------------------------------------------
+
+names = st.text(
+    alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8
+) | st.sampled_from(["", " ", "\n", "a b", "a<b", "<", "ping\n", "ping "])
+
+
+@SETTINGS
+@given(
+    tool_names=st.lists(names, min_size=1, max_size=4, unique=True),
+    pick=st.integers(0, 3),
+    lead=whitespace,
+    trail=st.sampled_from(["", "\n", " \n", " "]),
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+)
+def test_callable_names_are_called_and_others_refused(
+    tool_names, pick, lead, trail, cuts
+):
+    request = make_request(tools=[_function(n) for n in tool_names])
+    uncallable = [n for n in tool_names if not is_callable_name(n)]
+    if uncallable:
+        with pytest.raises(VLLMValidationError) as info:
+            make_parser(request).adjust_request(request)
+        assert all(repr(n) in str(info.value) for n in uncallable)
+    else:
+        assert make_parser(request).adjust_request(request) is request
+
+    name = tool_names[pick % len(tool_names)]
+    output = f"<tool_call>{lead}{name}{trail}</tool_call>"
+    callable_ = is_callable_name(name)
+    assert callable_ == (bool(name) and "<" not in name and name.split() == [name])
+    expected = [(name, "{}")] if callable_ else []
+    assert run_non_streaming(output, request)[1] == expected
+    for chunks in (chunk_by(output, cuts), list(output)):
+        stream = run_streaming(chunks, request)
+        assert [(c["name"], c["arguments"]) for c in stream.calls] == expected
 
 
 # -- the scanner on its own ------------------------------------------------------
@@ -194,6 +295,10 @@ whole_calls = st.sampled_from(
         "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value>",
         "<arg_key>days</arg_key> <arg_value> 4 </arg_value>\n</tool_call>",
         "<tool_call> get_weather <arg_key>city</arg_key><arg_value>a < b",
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>A</arg_value>"
+        "<arg_key> city</arg_key><arg_value>B</arg_value></tool_call>",
+        "<tool_call>get_weather<arg_key>days</arg_key><arg_value>1</arg_value>\n"
+        "<arg_key>days</arg_key>",
     ]
 )
 scanner_outputs = st.lists(st.one_of(piece, whole_calls), max_size=30).map("".join)
@@ -229,4 +334,4 @@ def test_scanner_events_do_not_depend_on_chunking(output, cuts):
     for index, name, call_arguments in ended:
         assert (index, name) in started
         assert arguments[index] == call_arguments
-        assert isinstance(json.loads(call_arguments), dict)
+        assert_arguments_object(call_arguments)

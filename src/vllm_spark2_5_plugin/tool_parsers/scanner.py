@@ -9,13 +9,14 @@ text is split. Grammar of one valid call (ws: ``str.isspace`` characters)::
     "<tool_call>" ws* NAME (ws* "\\n" | ws*) PAIR* ws* "</tool_call>"
     PAIR := ws* "<arg_key>" KEY "</arg_key>" ws* "<arg_value>" VALUE "</arg_value>"
 
-NAME is a tool of the request; KEY (stripped) and VALUE (verbatim) are any
-text without the six structural tags. Everything else is content, verbatim:
-``<tool_call>`` without a known name is text (scanning resumes after the
-tag); a named call that breaks the grammar or is cut off is abandoned, its
-raw text becomes content and scanning resumes where it broke. Text is held
-back only while it may still be a tag or a call name. See
-``docs/tool_parser.md``.
+NAME is a tool of the request with a callable name (:func:`is_callable_name`);
+KEY (stripped) and VALUE (verbatim) are any text without the six structural
+tags, and no KEY may repeat within a call. Everything else is content,
+verbatim: ``<tool_call>`` without a known name is text (scanning resumes
+after the tag); a named call that breaks the grammar (a repeated key
+included) or is cut off is abandoned, its raw text becomes content and
+scanning resumes where it broke. Text is held back only while it may still be
+a tag or a call name. See ``docs/tool_parser.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ from vllm_spark2_5_plugin.names import (
 from vllm_spark2_5_plugin.tool_parsers.values import ArgumentsWriter
 
 _MAX_TAG_LEN = max(len(t) for t in STRUCTURAL_TAGS)
+
+
+def is_callable_name(name: str) -> bool:
+    """Can a call of the tool ``name`` be written in the format?
+
+    A callable name is not empty and holds neither ``<`` nor any character for
+    which ``str.isspace`` is true (the name ends at whitespace, and ``<`` may
+    begin a tag). Other tools are never called.
+    """
+    return bool(name) and "<" not in name and not any(c.isspace() for c in name)
 
 
 @dataclass
@@ -139,12 +150,17 @@ class Spark25CallScanner:
     ``feed(text)`` consumes the next piece of model output and returns the
     events it settles; ``finish()`` ends the output and settles the rest. The
     work per character is constant. ``tool_schemas`` maps each function name
-    of the request to its ``{parameter: schema}``.
+    of the request to its ``{parameter: schema}``; names that are not callable
+    are left out.
     """
 
     def __init__(self, tool_schemas: dict[str, dict[str, Any]]):
-        self._properties = tool_schemas
-        self._name_prefixes = {n[:k] for n in tool_schemas for k in range(len(n) + 1)}
+        self._properties = {
+            n: p for n, p in tool_schemas.items() if is_callable_name(n)
+        }
+        self._name_prefixes = {
+            n[:k] for n in self._properties for k in range(len(n) + 1)
+        }
         self._state = _State.CONTENT
         self._pending = ""  # received, not yet consumed
         self._next_index = 0
@@ -337,6 +353,9 @@ class Spark25CallScanner:
 
     def _close_key(self, events: list[Event]) -> None:
         self._key = "".join(self._text).strip()
+        if self._writer.repeats(self._key):  # a repeated key breaks the call
+            self._abandon(events, self._pending)
+            return
         self._emit_args(events, self._writer.open_pair(self._key))
         self._state = _State.BEFORE_VALUE
 

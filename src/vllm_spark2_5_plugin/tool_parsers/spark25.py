@@ -18,7 +18,7 @@ The full description is in ``docs/tool_parser.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from vllm.entrypoints.generate.base.protocol import (
@@ -31,6 +31,7 @@ from vllm.entrypoints.generate.base.protocol import (
 )
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+from vllm.exceptions import VLLMValidationError
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.tokenizers import TokenizerLike
 from vllm.tool_parsers.abstract_tool_parser import Tool, ToolParser
@@ -43,29 +44,43 @@ from vllm_spark2_5_plugin.tool_parsers.scanner import (
     ContentEvent,
     Event,
     Spark25CallScanner,
+    is_callable_name,
 )
 
 
-def tool_schemas(tools: Iterable[Tool] | None) -> dict[str, dict[str, Any]]:
-    """``{function name: {parameter: schema}}`` for the request's tools.
+def _functions(tools: Iterable[Tool] | None) -> Iterator[tuple[str, Any]]:
+    """``(name, parameters)`` of each function tool the model is shown.
 
     Namespaced Responses tools are flattened the way vLLM renders them
     (``<namespace>__<name>``); non-function tools are ignored.
     """
-    schemas: dict[str, dict[str, Any]] = {}
-    if not tools:
-        return schemas
-    for tool in get_function_tools(list(tools)):
+    for tool in get_function_tools(list(tools or ())):
         function = getattr(tool, "function", tool)
         name = getattr(function, "name", None)
-        if not isinstance(name, str) or not name:
-            continue
-        parameters = getattr(function, "parameters", None) or {}
+        if isinstance(name, str):
+            yield name, getattr(function, "parameters", None)
+
+
+def tool_schemas(tools: Iterable[Tool] | None) -> dict[str, dict[str, Any]]:
+    """``{function name: {parameter: schema}}`` for the request's tools."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for name, parameters in _functions(tools):
         properties = (
             parameters.get("properties") if isinstance(parameters, dict) else None
         )
         schemas.setdefault(name, properties if isinstance(properties, dict) else {})
     return schemas
+
+
+def refuse_uncallable_tools(tools: Iterable[Tool] | None) -> None:
+    """Raise vLLM's 400 error naming every tool that could never be called."""
+    names = [repr(n) for n, _ in _functions(tools) if not is_callable_name(n)]
+    if names:
+        raise VLLMValidationError(
+            f"the spark25 tool-call format cannot call the tool(s) {', '.join(names)}"
+            ": a tool name must be non-empty and hold no whitespace and no '<'",
+            parameter="tools",
+        )
 
 
 class Spark25ToolParser(ToolParser):
@@ -97,6 +112,7 @@ class Spark25ToolParser(ToolParser):
         self, request: ChatCompletionRequest | ResponsesRequest
     ) -> ChatCompletionRequest | ResponsesRequest:
         if request.tools and request.tool_choice != "none":
+            refuse_uncallable_tools(request.tools)
             # The tags are special tokens: keep them in the detokenized text.
             request.skip_special_tokens = False
         return super().adjust_request(request)

@@ -3,9 +3,10 @@
 
 Pure Python (no vLLM). A value is converted by the JSON-schema type the
 request declares for its parameter; string-typed and undeclared values stay
-the raw text. :class:`ArgumentsWriter` is the only place where arguments JSON
-is written, so streamed fragments and the final string cannot differ. The
-rules are described in ``docs/tool_parser.md``.
+the raw text, and so does any value that cannot be converted exactly. Nothing
+here raises on model output. :class:`ArgumentsWriter` is the only place where
+arguments JSON is written, so streamed fragments and the final string cannot
+differ. The rules are described in ``docs/tool_parser.md``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 # Order in which the types of a union are tried; "string" is the fallback.
 _TYPE_PRIORITY = ("null", "integer", "number", "boolean", "object", "array")
 _KNOWN_TYPES = frozenset({*_TYPE_PRIORITY, "string"})
-_INTEGER_RE = re.compile(r"-?\d+")
-_NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+(?:[eE][-+]?\d+)?")
+# ASCII digits only ("\d" would take any Unicode digit, which JSON does not).
+_INTEGER_RE = re.compile(r"-?[0-9]+")
+_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
 def declared_types(schema: Any) -> frozenset[str]:
@@ -54,8 +56,25 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(name)
 
 
+def _read_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, as the nearest double.
+
+    Raises ValueError when the number does not fit a double: it would become
+    infinity, or (not being zero) 0.0.
+    """
+    number = float(text)
+    mantissa = text.lower().partition("e")[0]
+    if not math.isfinite(number) or (number == 0 and mantissa.strip("-0.")):
+        raise ValueError(text)
+    return number
+
+
 def _parse_as(kind: str, text: str) -> tuple[bool, Any]:
-    """Try to read ``text`` (already stripped) as JSON-schema type ``kind``."""
+    """Try to read ``text`` (already stripped) as JSON-schema type ``kind``.
+
+    May raise ValueError or RecursionError (Python's int-string limit, nesting
+    too deep for ``json``); :func:`_convert` treats them as "does not fit".
+    """
     if kind == "null":
         return (text == "null", None)
     if kind == "boolean":
@@ -65,21 +84,39 @@ def _parse_as(kind: str, text: str) -> tuple[bool, Any]:
         return (False, None)
     if kind in ("integer", "number") and _INTEGER_RE.fullmatch(text):
         return (True, int(text))
-    if kind == "integer":
+    if kind == "number" and _NUMBER_RE.fullmatch(text):
+        return (True, _read_float(text))
+    if kind not in ("object", "array"):
         return (False, None)
-    if kind == "number":
-        if _NUMBER_RE.fullmatch(text):
-            number = float(text)
-            if math.isfinite(number):
-                return (True, number)
-        return (False, None)
-    # object / array: JSON text of that shape.
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return (False, None)
+    value = json.loads(text, parse_constant=_reject_constant, parse_float=_read_float)
     expected = dict if kind == "object" else list
     return (isinstance(value, expected), value)
+
+
+def _string_json(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _value_json(value: Any) -> str:
+    """JSON text of a converted value; ValueError if not valid UTF-8 JSON."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    text.encode("utf-8")  # a lone surrogate (from a "\ud800" escape) fails here
+    return text
+
+
+def _convert(raw: str, schema: Any) -> tuple[Any, str]:
+    """``(value, its JSON text)`` for the raw text of one ``<arg_value>``."""
+    types = declared_types(schema) - {"string"}
+    text = raw.strip()
+    for kind in _TYPE_PRIORITY:
+        if kind in types:
+            try:
+                ok, value = _parse_as(kind, text)
+                if ok:
+                    return value, _value_json(value)
+            except (ValueError, RecursionError):
+                pass  # does not fit this type exactly
+    return raw, _string_json(raw)
 
 
 def convert_value(raw: str, schema: Any) -> Any:
@@ -88,22 +125,9 @@ def convert_value(raw: str, schema: Any) -> Any:
     String-typed and undeclared parameters keep the raw text (not stripped).
     Otherwise the stripped text is tried against each declared type in the
     order null, integer, number, boolean, object, array; the first that fits
-    wins. A value that fits none stays the raw string. Never raises.
+    exactly wins. A value that fits none stays the raw string. Never raises.
     """
-    types = declared_types(schema)
-    if not (types - {"string"}):
-        return raw
-    text = raw.strip()
-    for kind in _TYPE_PRIORITY:
-        if kind in types:
-            ok, value = _parse_as(kind, text)
-            if ok:
-                return value
-    return raw
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return _convert(raw, schema)[0]
 
 
 class ArgumentsWriter:
@@ -113,16 +137,21 @@ class ArgumentsWriter:
     concatenate to one JSON object. A string value is written in pieces
     (escaping is per character, so the escapes of consecutive pieces
     concatenate to the escape of the whole value); a typed value is written
-    whole.
+    whole. A key is written once: the scanner asks :meth:`repeats` first.
     """
 
     def __init__(self, properties: dict[str, Any]):
         self._properties = properties  # {parameter: schema} of the function
-        self._pairs = 0
+        self._keys: set[str] = set()  # keys written so far
+
+    def repeats(self, key: str) -> bool:
+        """True when ``key`` was already written for this call."""
+        return key in self._keys
 
     def open_pair(self, key: str) -> str:
-        separator = "{" if self._pairs == 0 else ", "
-        return f"{separator}{_json(key)}: "
+        separator = ", " if self._keys else "{"
+        self._keys.add(key)
+        return f"{separator}{_string_json(key)}: "
 
     def value_streams(self, key: str) -> bool:
         """True when the value of ``key`` is written piece by piece."""
@@ -132,15 +161,13 @@ class ArgumentsWriter:
         return '"'
 
     def string_piece(self, text: str) -> str:
-        return _json(text)[1:-1]
+        return _string_json(text)[1:-1]
 
     def close_string(self) -> str:
-        self._pairs += 1
         return '"'
 
     def typed_value(self, key: str, raw: str) -> str:
-        self._pairs += 1
-        return _json(convert_value(raw, self._properties.get(key)))
+        return _convert(raw, self._properties.get(key))[1]
 
     def close(self) -> str:
-        return "{}" if self._pairs == 0 else "}"
+        return "}" if self._keys else "{}"
