@@ -49,6 +49,13 @@ from vllm.model_executor.models.utils import (
 from vllm.sequence import IntermediateTensors
 
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.models.weight_checks import (
+    TARGET_HINTS,
+    LoadPolicy,
+    WeightCheck,
+    target_parameters_not_from_checkpoint,
+    target_tensors,
+)
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
 
 # Hugging Face layout -> vLLM's fused projections.
@@ -398,6 +405,7 @@ class Spark2_5ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):
         self.make_empty_intermediate_tensors = (
             self.model.make_empty_intermediate_tensors
         )
+        self.load_policy = LoadPolicy.from_config(vllm_config, vllm_config.model_config)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_input_ids(input_ids)
@@ -415,6 +423,19 @@ class Spark2_5ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):
         return self.logits_processor(self.lm_head, hidden_states)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return AutoWeightsLoader(self).load_weights(
-            weights, mapper=self.hf_to_vllm_mapper
+        """Strict: shapes checked against config.json before vLLM's loaders run,
+        and every parameter (each shard of a fused one) read from the
+        checkpoint (see :mod:`~vllm_spark2_5_plugin.models.weight_checks`)."""
+        check = WeightCheck(
+            self,
+            target_tensors(self.config),
+            policy=self.load_policy,
+            mapper=self.hf_to_vllm_mapper,
+            not_from_checkpoint=target_parameters_not_from_checkpoint(self.config),
+            hints=TARGET_HINTS,
         )
+        loaded = AutoWeightsLoader(self).load_weights(
+            check.watch(weights), mapper=self.hf_to_vllm_mapper
+        )
+        check.finish(loaded)
+        return loaded

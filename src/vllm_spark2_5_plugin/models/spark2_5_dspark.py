@@ -52,6 +52,12 @@ from vllm_spark2_5_plugin.models.dspark_layers import (
     Spark2_5MarkovHead,
 )
 from vllm_spark2_5_plugin.models.spark2_5 import STACKED_PROJECTIONS
+from vllm_spark2_5_plugin.models.weight_checks import (
+    CheckpointFiles,
+    LoadPolicy,
+    WeightCheck,
+    draft_tensors,
+)
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME
 
 logger = init_logger("vllm.spark2_5_plugin.dspark")
@@ -294,10 +300,22 @@ class Spark2_5DSparkForCausalLM(nn.Module):
     #: Draft tensors after their checkpoint prefix -> this module's parameters.
     hf_to_vllm_mapper = WeightsMapper(orig_to_new_stacked=STACKED_PROJECTIONS)
 
+    def _load_policy(self) -> LoadPolicy:
+        """Unquantised drafts are checked strictly, on every load (a draft gets
+        no partial weight updates); the checkpoint is the draft config's."""
+        unquantized = self.model.main_proj.quant_config is None
+        return LoadPolicy(
+            CheckpointFiles(self.config.name_or_path),
+            check=unquantized,
+            require_all=unquantized,
+            first_load_only=False,
+        )
+
     def _draft_tensors(
-        self, weights: Iterable[tuple[str, torch.Tensor]]
+        self, weights: Iterable[tuple[str, torch.Tensor]], check: WeightCheck
     ) -> Iterable[tuple[str, torch.Tensor]]:
-        """The draft's tensors as ``model.<name>``, from exactly one prefix."""
+        """The draft's tensors as ``model.<name>``, from exactly one prefix,
+        each shape-checked (``check``) before vLLM's weight loaders see it."""
         found: str | None = None
         params = dict(self.named_parameters())
         for ckpt_name, tensor in weights:
@@ -330,8 +348,9 @@ class Spark2_5DSparkForCausalLM(nn.Module):
                     "dspark_markov_head_type and dspark_enable_confidence_head "
                     "against the checkpoint"
                 )
+            check.check(name, tensor, shown=ckpt_name)
+            self._draft_prefix = found
             yield name, tensor
-        self._draft_prefix = found
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load the draft from ``draft_model.*``, ``mtp.*`` or ``model.mtp.*``.
@@ -339,19 +358,36 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         vLLM streams the whole (shared) checkpoint through here; target
         tensors are skipped, draft tensors go through the same loader and
         stacked-projection mapping as the target's. Every parameter must come
-        from the checkpoint: a missing draft tensor raises, naming it.
+        from the checkpoint, each shard of a fused one included: a missing
+        draft tensor raises, naming it; so does a tensor whose shape is not
+        the one config.json gives, before any weight loader sees it.
         """
         self._draft_prefix: str | None = None
-        loaded = AutoWeightsLoader(self).load_weights(
-            self._draft_tensors(weights), mapper=self.hf_to_vllm_mapper
+
+        def shown(name: str) -> str:  # model.<name> -> the checkpoint's name
+            return (self._draft_prefix or "") + name.removeprefix("model.")
+
+        policy = self._load_policy()
+        check = WeightCheck(
+            self,
+            draft_tensors(self.config, self.settings),
+            policy=policy,
+            mapper=self.hf_to_vllm_mapper,
+            shown=shown,
         )
-        missing = sorted(set(dict(self.named_parameters())) - loaded)
-        if missing:
-            where = self._draft_prefix or " / ".join(DRAFT_WEIGHT_PREFIXES)
-            raise ValueError(
-                f"The checkpoint lacks DSpark draft weights (looked under {where}): "
-                f"{missing}"
-            )
+        loaded = AutoWeightsLoader(self).load_weights(
+            self._draft_tensors(weights, check), mapper=self.hf_to_vllm_mapper
+        )
+        where = self._draft_prefix or " / ".join(DRAFT_WEIGHT_PREFIXES)
+        header = (
+            f"The checkpoint {policy.checkpoint.describe()} lacks DSpark "
+            f"draft weights (looked under {where})"
+        )
+        if check.enabled:
+            check.finish(loaded, header=header)
+        elif missing := sorted(set(dict(self.named_parameters())) - loaded):
+            # Quantised: other tensor names, so only vLLM's loaded set is known.
+            raise ValueError(f"{header}: {missing}")
         return loaded
 
 

@@ -1,0 +1,375 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Strict weight loading for the Spark2_5 target and its DSpark draft.
+
+vLLM 0.32.0 counts every unquantised linear layer as loaded whether or not the
+checkpoint had its tensor, and a fused parameter (``qkv_proj``,
+``gate_up_proj``) as loaded once any one of its shards arrived; its weight
+loaders silently cut a too-large tensor down to the parameter and stop a
+too-small one with a bare ``AssertionError``. So the models check the
+checkpoint themselves, with public APIs only (``WeightsMapper``, the
+parameters, the checkpoint's own files):
+
+* :func:`target_tensors` / :func:`draft_tensors` list every checkpoint tensor
+  the model reads and its FULL shape, derived from ``config.json`` (the layout
+  of ``docs/model.md`` and ``docs/dspark.md``). Every tensor-parallel rank
+  receives the whole checkpoint tensor and vLLM cuts the rank's slice out of it
+  only inside the weight loader, so the full shape is the right one on every
+  rank and the local (sliced, vocabulary-padded) parameter shape never enters.
+* :class:`WeightCheck` sits between the checkpoint stream and
+  ``AutoWeightsLoader``: a listed tensor with another shape raises before any
+  weight loader sees it; after the stream, each parameter of this rank must
+  have received EVERY tensor mapped onto it (all of q/k/v, both gate/up) and
+  must be in the loader's loaded set, unless it is listed in
+  :func:`target_parameters_not_from_checkpoint` (the one place that names
+  parameters that do not come from the checkpoint).
+* :class:`CheckpointFiles` tells which file held a tensor, from the
+  checkpoint's ``*.index.json`` weight map (or its single file); it is read
+  only when an error is being reported.
+
+Quantised models are left to vLLM (their tensors have other names and
+shapes, and vLLM's own tracking is strict for quantised parameters).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from vllm.model_executor.models.utils import WeightsMapper
+
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
+#: Missing tensors listed in one error (a wrong checkpoint can lack thousands).
+MAX_LISTED = 24
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The full checkpoint shape of a tensor and the config field behind each
+    dimension (``"num_key_value_heads*head_dim"`` for a product)."""
+
+    shape: tuple[int, ...]
+    fields: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.shape} = ({', '.join(self.fields)})"
+
+
+def _expected(*dims: tuple[int, str]) -> Expected:
+    return Expected(tuple(size for size, _ in dims), tuple(f for _, f in dims))
+
+
+# ---------------------------------------------------------------------------
+# What the checkpoint must hold
+# ---------------------------------------------------------------------------
+
+
+def decoder_layer_tensors(config: Any, prefix: str) -> dict[str, Expected]:
+    """One Spark2_5 decoder layer's tensors under ``prefix`` (``...layers.i.``)."""
+    d = config.head_dim
+    hidden = (config.hidden_size, "hidden_size")
+    q = (config.num_attention_heads * d, "num_attention_heads*head_dim")
+    kv = (config.num_key_value_heads * d, "num_key_value_heads*head_dim")
+    inter = (config.intermediate_size, "intermediate_size")
+    tensors = {
+        "input_layernorm.weight": _expected(hidden),
+        "self_attn.q_proj.weight": _expected(q, hidden),
+        "self_attn.k_proj.weight": _expected(kv, hidden),
+        "self_attn.v_proj.weight": _expected(kv, hidden),
+        "self_attn.o_proj.weight": _expected(hidden, q),
+        "post_attention_layernorm.weight": _expected(hidden),
+        "mlp.gate_proj.weight": _expected(inter, hidden),
+        "mlp.up_proj.weight": _expected(inter, hidden),
+        "mlp.down_proj.weight": _expected(hidden, inter),
+    }
+    if config.attention_bias:
+        tensors["self_attn.q_proj.bias"] = _expected(q)
+        tensors["self_attn.k_proj.bias"] = _expected(kv)
+        tensors["self_attn.v_proj.bias"] = _expected(kv)
+    if config.attention_output_gate:
+        heads = (config.num_attention_heads, "num_attention_heads")
+        tensors["self_attn.g_proj.weight"] = _expected(heads, hidden)
+    return {prefix + name: shape for name, shape in tensors.items()}
+
+
+def target_tensors(config: Any) -> dict[str, Expected]:
+    """Every checkpoint tensor of the target (all layers, every PP stage)."""
+    vocab_by_hidden = _expected(
+        (config.vocab_size, "vocab_size"), (config.hidden_size, "hidden_size")
+    )
+    tensors = {"model.embed_tokens.weight": vocab_by_hidden}
+    for i in range(config.num_hidden_layers):
+        tensors.update(decoder_layer_tensors(config, f"model.layers.{i}."))
+    tensors["model.norm.weight"] = _expected((config.hidden_size, "hidden_size"))
+    if not config.tie_word_embeddings:
+        tensors["lm_head.weight"] = vocab_by_hidden
+    return tensors
+
+
+def target_parameters_not_from_checkpoint(config: Any) -> dict[str, str]:
+    """Target parameters that are not read from the checkpoint, and why.
+
+    (A tied LM head is the embedding's own parameter object, so vLLM never
+    lists it separately; it is named here so that the rule is explicit.)
+    """
+    if config.tie_word_embeddings:
+        return {"lm_head.weight": "tied to model.embed_tokens.weight"}
+    return {}
+
+
+#: Advice shown with a missing tensor.
+TARGET_HINTS = {
+    "lm_head.weight": "if the LM head is the input embedding, set "
+    "tie_word_embeddings: true in config.json",
+}
+
+
+def draft_tensors(config: Any, settings: Any) -> dict[str, Expected]:
+    """The DSpark draft's tensors as ``model.<name>`` (its prefix removed)."""
+    hidden = (config.hidden_size, "hidden_size")
+    rank = (settings.markov_rank, "dspark_markov_rank")
+    vocab = (config.vocab_size, "vocab_size")
+    num_aux = len(settings.target_layer_ids)
+    aux = (num_aux * config.hidden_size, "len(dspark_target_layer_ids)*hidden_size")
+    tensors = {
+        "main_proj.weight": _expected(hidden, aux),
+        "main_norm.weight": _expected(hidden),
+        "norm.weight": _expected(hidden),
+        "markov_head.markov_w1.weight": _expected(vocab, rank),
+        "markov_head.markov_w2.weight": _expected(vocab, rank),
+    }
+    for j in range(len(settings.layer_types)):
+        tensors.update(decoder_layer_tensors(config, f"layers.{j}."))
+    if settings.markov_head_type == "rnn":
+        tensors["markov_head.rnn_proj.weight"] = _expected(rank, rank)
+    if settings.enable_confidence_head:
+        both = (config.hidden_size + settings.markov_rank, "hidden_size+markov_rank")
+        tensors["confidence_head.proj.weight"] = _expected((1, "1"), both)
+        tensors["confidence_head.proj.bias"] = _expected((1, "1"))
+    return {"model." + name: shape for name, shape in tensors.items()}
+
+
+# ---------------------------------------------------------------------------
+# Where a tensor came from
+# ---------------------------------------------------------------------------
+
+
+class CheckpointFiles:
+    """The files of a checkpoint directory (or of a repo in the local HF cache)."""
+
+    def __init__(
+        self, model: str, revision: str | None = None, cache_dir: str | None = None
+    ) -> None:
+        self.model = str(model)
+        self.revision = revision
+        self.cache_dir = cache_dir
+        self._read = False
+        self._weight_map: dict[str, str] = {}
+        self._files: list[str] = []
+
+    def _directory(self) -> Path | None:
+        if Path(self.model).is_dir():
+            return Path(self.model)
+        try:  # a Hub id: look in the local cache only, never download
+            from huggingface_hub import try_to_load_from_cache
+
+            for name in (*INDEX_FILES, *SINGLE_FILES):
+                found = try_to_load_from_cache(
+                    self.model, name, cache_dir=self.cache_dir, revision=self.revision
+                )
+                if isinstance(found, str):
+                    return Path(found).parent
+        except Exception:  # noqa: BLE001 - the file name is a courtesy
+            return None
+        return None
+
+    def _read_once(self) -> None:
+        if self._read:
+            return
+        self._read = True
+        directory = self._directory()
+        if directory is None:
+            return
+        for index in INDEX_FILES:
+            if (directory / index).is_file():
+                try:
+                    raw = json.loads((directory / index).read_text())
+                    self._weight_map = dict(raw["weight_map"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    return
+                self._files = sorted(set(self._weight_map.values()))
+                return
+        self._files = [f for f in SINGLE_FILES if (directory / f).is_file()][:1]
+
+    def file_of(self, name: str) -> str | None:
+        """The file holding ``name``, when it can be told."""
+        self._read_once()
+        if name in self._weight_map:
+            return self._weight_map[name]
+        return self._files[0] if len(self._files) == 1 else None
+
+    def describe(self) -> str:
+        """``<checkpoint> (<its weight files>)``."""
+        self._read_once()
+        if not self._files:
+            return self.model
+        return f"{self.model} ({', '.join(self._files)})"
+
+
+@dataclass
+class LoadPolicy:
+    """What a model's ``load_weights`` checks, fixed when the model is built."""
+
+    checkpoint: CheckpointFiles
+    #: Unquantised: checkpoint names and shapes are those of the tables above.
+    check: bool
+    #: Every parameter must come from the next load.
+    require_all: bool
+    #: Only the first load must be whole: later calls (weight updates) may
+    #: carry a subset of the tensors.
+    first_load_only: bool = True
+
+    @classmethod
+    def from_config(cls, vllm_config: Any, model_config: Any) -> LoadPolicy:
+        """The target's policy; ``model_config`` names the checkpoint."""
+        load_config = vllm_config.load_config
+        check = vllm_config.quant_config is None
+        return cls(
+            checkpoint=CheckpointFiles(
+                model_config.model,
+                getattr(model_config, "revision", None),
+                getattr(load_config, "download_dir", None),
+            ),
+            check=check,
+            # Dummy weights are random; updates then bring any subset.
+            require_all=check and str(load_config.load_format).lower() != "dummy",
+        )
+
+
+# ---------------------------------------------------------------------------
+# The check
+# ---------------------------------------------------------------------------
+
+
+class WeightCheck:
+    """Shape-checks a weight stream and then demands every parameter's tensors.
+
+    ``expected`` is keyed by the names the stream carries; ``shown`` turns one
+    into the checkpoint's own name for messages (the draft strips a prefix);
+    ``mapper`` is the model's checkpoint -> parameter mapping.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        expected: Mapping[str, Expected],
+        *,
+        policy: LoadPolicy,
+        mapper: WeightsMapper,
+        not_from_checkpoint: Mapping[str, str] | None = None,
+        shown: Callable[[str], str] = lambda name: name,
+        hints: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.owner = type(model).__name__
+        self.expected = expected
+        self.policy = policy
+        self.mapper = mapper
+        self.not_from_checkpoint = not_from_checkpoint or {}
+        self.shown = shown
+        self.hints = hints or {}
+        self.seen: set[str] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy.check
+
+    def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
+        """Raise unless a listed tensor has its expected shape; note it as seen."""
+        expected = self.expected.get(name) if self.enabled else None
+        if expected is None:
+            return
+        found = tuple(tensor.shape)
+        if found != expected.shape:
+            raise ValueError(
+                self._shape_error(shown or self.shown(name), found, expected)
+            )
+        self.seen.add(name)
+
+    def watch(
+        self, weights: Iterable[tuple[str, torch.Tensor]]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """``weights``, each checked before it is passed on to the loaders."""
+        for name, tensor in weights:
+            self.check(name, tensor)
+            yield name, tensor
+
+    def _shape_error(
+        self, name: str, found: tuple[int, ...], expected: Expected
+    ) -> str:
+        file = self.policy.checkpoint.file_of(name)
+        where = f" (file {file})" if file else ""
+        why = [
+            f"{field} = {want}, the tensor has {got}"
+            for field, want, got in zip(
+                expected.fields, expected.shape, found, strict=False
+            )
+            if want != got
+        ]
+        if len(found) != len(expected.shape):
+            why = [f"{len(found)} dimensions instead of {len(expected.shape)}"]
+        return (
+            f"{self.owner} cannot load the checkpoint "
+            f"{self.policy.checkpoint.model}: tensor {name!r}{where} has shape "
+            f"{found}, but config.json gives {expected.describe()}: " + "; ".join(why)
+        )
+
+    def missing(self, loaded: set[str]) -> list[str]:
+        """One line per checkpoint tensor this rank's parameters still lack."""
+        params = dict(self.model.named_parameters())
+        sources: dict[str, list[str]] = {}
+        for name in self.expected:
+            target = self.mapper.map_name(name)
+            if target in params:
+                sources.setdefault(target, []).append(name)
+        lines = []
+        for param in params:
+            if param in self.not_from_checkpoint:
+                continue
+            names = sources.get(param)
+            if not names:
+                lines.append(f"parameter {param!r} (no checkpoint tensor is known)")
+                continue
+            absent = [n for n in names if n not in self.seen]
+            for name in absent:
+                line = f"{self.shown(name)!r} of shape {self.expected[name].describe()}"
+                if len(names) > 1:
+                    line += f", one of the {len(names)} tensors fused into {param!r}"
+                if name in self.hints:
+                    line += f" ({self.hints[name]})"
+                lines.append(line)
+            if not absent and param not in loaded:
+                lines.append(f"parameter {param!r} (its tensors were not loaded)")
+        return lines
+
+    def finish(self, loaded: set[str], header: str | None = None) -> None:
+        """Raise if a parameter did not get all its tensors from this load."""
+        if not (self.enabled and self.policy.require_all):
+            return
+        if self.policy.first_load_only:
+            self.policy.require_all = False
+        lines = self.missing(loaded)
+        if lines:
+            header = header or (
+                f"{self.owner}: the checkpoint {self.policy.checkpoint.describe()} "
+                f"lacks {len(lines)} tensor(s); every parameter must come from it"
+            )
+            if len(lines) > MAX_LISTED:
+                more = len(lines) - MAX_LISTED
+                lines = [*lines[:MAX_LISTED], f"... and {more} more"]
+            raise ValueError(f"{header}: " + "; ".join(lines))

@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Broken checkpoints stop start-up with a message naming the tensor.
+
+A missing tensor (also one shard of a fused q/k/v or gate/up projection) or a
+tensor whose shape disagrees with ``config.json`` must raise a ``ValueError``
+naming the checkpoint tensor, both shapes and the file, before any of vLLM's
+weight loaders sees it. Most cases build the model with vLLM's ``get_model``
+(the default loader streaming the safetensors files through
+``load_weights``, then vLLM's own loaded-weights check), as the worker does;
+one case starts a whole in-process ``vllm.LLM``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from vllm_helpers import LLM_KWARGS
+
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+SAFETENSORS = "model.safetensors"
+H, V = 64, 512  # hidden_size, vocab_size of the tiny checkpoint
+N_HEADS, N_KV, HEAD_DIM = 4, 2, 32
+
+
+# ---------------------------------------------------------------------------
+# Checkpoint surgery
+# ---------------------------------------------------------------------------
+
+Edit = Callable[[dict[str, torch.Tensor]], None]
+
+
+def edit_tensors(path: Path, edit: Edit) -> None:
+    tensors = load_file(str(path / SAFETENSORS))
+    edit(tensors)
+    save_file(tensors, str(path / SAFETENSORS), metadata={"format": "pt"})
+
+
+def edit_config(path: Path, **fields) -> None:
+    config = json.loads((path / "config.json").read_text())
+    config.update(fields)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def drop(name: str) -> Edit:
+    return lambda tensors: tensors.pop(name)
+
+
+def replace(name: str, make: Callable[[torch.Tensor], torch.Tensor]) -> Edit:
+    def edit(tensors: dict[str, torch.Tensor]) -> None:
+        tensors[name] = make(tensors[name]).contiguous()
+
+    return edit
+
+
+def split_into_two_files(path: Path) -> None:
+    """Rewrite the checkpoint as two shards plus ``model.safetensors.index.json``."""
+    tensors = load_file(str(path / SAFETENSORS))
+    (path / SAFETENSORS).unlink()
+    names = sorted(tensors)
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
+    weight_map = {}
+    for file, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(path / file), {"format": "pt"})
+        weight_map.update(dict.fromkeys(part, file))
+    index = {"metadata": {}, "weight_map": weight_map}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+# ---------------------------------------------------------------------------
+# Building models the way the worker does
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A one-process gloo world, torn down after the module."""
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import (
+        cleanup_dist_env_and_memory,
+        model_parallel_is_initialized,
+    )
+
+    owned = not model_parallel_is_initialized()
+    if owned:
+        from vllm.utils.network_utils import get_open_port
+
+        with set_current_vllm_config(VllmConfig()):
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
+                backend="gloo",
+            )
+            initialize_model_parallel(1, 1)
+    yield
+    if owned:
+        cleanup_dist_env_and_memory()
+
+
+def build(path: Path, draft: bool = False) -> torch.nn.Module:
+    """The target (or the DSpark draft) of ``path``, loaded by ``get_model``."""
+    from vllm.config import (
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.model_loader import get_model
+
+    model_config = ModelConfig(
+        model=str(path), dtype="float32", max_model_len=256, enforce_eager=True
+    )
+    parallel = ParallelConfig()
+    vllm_config = VllmConfig(model_config=model_config, parallel_config=parallel)
+    if draft:
+        # Attached after validation: VllmConfig refuses DSpark on CPU.
+        vllm_config.speculative_config = SpeculativeConfig(
+            method="dspark",
+            num_speculative_tokens=4,
+            target_model_config=model_config,
+            target_parallel_config=parallel,
+        )
+        model_config = vllm_config.speculative_config.draft_model_config
+    with set_current_vllm_config(vllm_config), pytest.MonkeyPatch.context() as mp:
+        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
+        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
+        return get_model(vllm_config=vllm_config, model_config=model_config)
+
+
+def message(excinfo: pytest.ExceptionInfo) -> str:
+    return str(excinfo.value)
+
+
+# ---------------------------------------------------------------------------
+# The whole engine (first: before the module's gloo world exists)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_llm_start_up_fails_on_a_missing_lm_head(tmp_path):
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    path = make_tiny_checkpoint(tmp_path / "no-lm_head")
+    edit_tensors(path, drop("lm_head.weight"))
+    try:
+        with pytest.raises(Exception) as excinfo:
+            LLM(str(path), distributed_executor_backend="uni", **LLM_KWARGS)
+    finally:
+        cleanup_dist_env_and_memory()
+    chain, error = [], excinfo.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    assert any(
+        isinstance(e, ValueError) and "'lm_head.weight'" in str(e) for e in chain
+    ), repr(chain)
+
+
+# ---------------------------------------------------------------------------
+# Target
+# ---------------------------------------------------------------------------
+
+G_PROJ = "model.layers.1.self_attn.g_proj.weight"
+K_PROJ = "model.layers.3.self_attn.k_proj.weight"
+
+#: name -> (checkpoint overrides, edit, words the error must contain)
+BROKEN_TARGETS = {
+    "missing-lm_head-untied": (
+        {},
+        drop("lm_head.weight"),
+        ["'lm_head.weight'", f"({V}, {H})", SAFETENSORS, "tie_word_embeddings"],
+    ),
+    "missing-up_proj": (
+        {},
+        drop("model.layers.2.mlp.up_proj.weight"),
+        ["'model.layers.2.mlp.up_proj.weight'", "gate_up_proj"],
+    ),
+    "missing-g_proj": ({}, drop(G_PROJ), [f"'{G_PROJ}'", f"({N_HEADS}, {H})"]),
+    "g_proj-twice-the-rows": (
+        {},
+        replace(G_PROJ, lambda w: torch.cat([w, w])),
+        [f"'{G_PROJ}'", f"({2 * N_HEADS}, {H})", f"({N_HEADS}, {H})", SAFETENSORS],
+    ),
+    "k_proj-wrong-shape": (
+        {},
+        replace(K_PROJ, lambda w: torch.cat([w, w[:HEAD_DIM]])),
+        [
+            f"'{K_PROJ}'",
+            f"({(N_KV + 1) * HEAD_DIM}, {H})",
+            f"({N_KV * HEAD_DIM}, {H})",
+            "num_key_value_heads",
+        ],
+    ),
+    "k_proj-too-few-columns": (
+        {},
+        replace(K_PROJ, lambda w: w[:, : H // 2]),
+        [f"'{K_PROJ}'", f"({N_KV * HEAD_DIM}, {H // 2})", f"({N_KV * HEAD_DIM}, {H})"],
+    ),
+    # Tied, so the embedding is the only vocabulary-sized tensor.
+    "config-vocab_size-not-the-embedding": (
+        {"tie_word_embeddings": True},
+        lambda tensors: None,
+        ["'model.embed_tokens.weight'", "vocab_size", f"({V}, {H})", f"({576}, {H})"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_TARGETS))
+def test_broken_target_checkpoint_fails_naming_the_tensor(case, world, tmp_path):
+    overrides, edit, words = BROKEN_TARGETS[case]
+    path = make_tiny_checkpoint(tmp_path / case, **overrides)
+    edit_tensors(path, edit)
+    if case == "config-vocab_size-not-the-embedding":
+        edit_config(path, vocab_size=576)
+    with pytest.raises(ValueError) as excinfo:
+        build(path)
+    for word in words:
+        assert word in message(excinfo), (word, message(excinfo))
+
+
+def test_message_names_the_shard_file_of_an_indexed_checkpoint(world, tmp_path):
+    path = make_tiny_checkpoint(tmp_path / "sharded")
+    split_into_two_files(path)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    name = "model.norm.weight"
+    file = index["weight_map"][name]
+    tensors = load_file(str(path / file))
+    tensors[name] = torch.ones(H + 1)
+    save_file(tensors, str(path / file), metadata={"format": "pt"})
+    with pytest.raises(ValueError) as excinfo:
+        build(path)
+    for word in (f"'{name}'", file, f"({H + 1},)", f"({H},)", "hidden_size"):
+        assert word in message(excinfo), (word, message(excinfo))
+
+
+@pytest.mark.parametrize("with_lm_head", [False, True], ids=["no-lm_head", "lm_head"])
+def test_tied_checkpoint_loads_without_or_with_lm_head(with_lm_head, world, tmp_path):
+    path = make_tiny_checkpoint(tmp_path / "tied", tie_word_embeddings=True)
+    tensors = load_file(str(path / SAFETENSORS))
+    assert "lm_head.weight" not in tensors
+    if with_lm_head:  # some exports write the tied matrix twice
+        edit_tensors(
+            path,
+            lambda t: t.update(
+                {"lm_head.weight": t["model.embed_tokens.weight"].clone()}
+            ),
+        )
+    model = build(path)
+    embed = model.model.embed_tokens.weight
+    assert model.lm_head.weight is embed
+    assert torch.equal(embed[:V], tensors["model.embed_tokens.weight"])
+
+
+def test_whole_checkpoint_loads_and_later_partial_loads_are_shape_checked(
+    world, tiny_checkpoint
+):
+    tensors = load_file(str(tiny_checkpoint / SAFETENSORS))
+    model = build(tiny_checkpoint)
+    assert torch.equal(model.lm_head.weight[:V], tensors["lm_head.weight"])
+    assert torch.equal(model.model.norm.weight, tensors["model.norm.weight"])
+    # Weight updates after start-up may carry any subset of the tensors ...
+    new_norm = torch.full((H,), 0.5)
+    assert model.load_weights([("model.norm.weight", new_norm)]) == {
+        "model.norm.weight"
+    }
+    assert torch.equal(model.model.norm.weight, new_norm)
+    # ... but not a tensor of the wrong shape.
+    with pytest.raises(ValueError, match=r"'model\.norm\.weight'.*\(65,\).*\(64,\)"):
+        model.load_weights([("model.norm.weight", torch.ones(H + 1))])
+
+
+# ---------------------------------------------------------------------------
+# Draft
+# ---------------------------------------------------------------------------
+
+DRAFT_K = "draft_model.layers.0.self_attn.k_proj.weight"
+DRAFT_UP = "draft_model.layers.0.mlp.up_proj.weight"
+BROKEN_DRAFTS = {
+    "k_proj-wrong-shape": (
+        replace(DRAFT_K, lambda w: torch.cat([w, w])),
+        [f"'{DRAFT_K}'", f"({2 * N_KV * HEAD_DIM}, {H})", f"({N_KV * HEAD_DIM}, {H})"],
+    ),
+    "markov_w1-wrong-rank": (
+        replace("draft_model.markov_head.markov_w1.weight", lambda w: w[:, :4]),
+        ["'draft_model.markov_head.markov_w1.weight'", f"({V}, 4)", f"({V}, 8)"],
+    ),
+    "missing-up_proj": (drop(DRAFT_UP), ["lacks DSpark draft weights", DRAFT_UP]),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_DRAFTS))
+def test_broken_draft_fails_naming_the_tensor(case, world, tmp_path):
+    edit, words = BROKEN_DRAFTS[case]
+    path = make_tiny_checkpoint(tmp_path / case, dspark=True)
+    edit_tensors(path, edit)
+    # The target ignores draft tensors and loads as before.
+    build(path)
+    with pytest.raises(ValueError) as excinfo:
+        build(path, draft=True)
+    for word in words:
+        assert word in message(excinfo), (word, message(excinfo))
