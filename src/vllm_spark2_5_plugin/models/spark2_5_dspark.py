@@ -62,6 +62,9 @@ from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME
 
 logger = init_logger("vllm.spark2_5_plugin.dspark")
 
+#: The speculator's context slots: one mapping, one per draft layer, or None.
+ContextSlots = torch.Tensor | list[torch.Tensor | None] | None
+
 # ---------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------
@@ -150,8 +153,10 @@ class Spark2_5DSparkModel(nn.Module):
         self,
         context_states: torch.Tensor,
         context_positions: torch.Tensor,
-        context_slot_mapping: torch.Tensor | list[torch.Tensor | None] | None = None,
+        context_slot_mapping: ContextSlots = None,
     ) -> None:
+        """Write every draft layer's context K/V (``None`` slots: dummy run;
+        a list: one slot mapping per layer, in KV-cache-layer-name order)."""
         per_layer = isinstance(context_slot_mapping, list | tuple)
         for j, layer in enumerate(self.layers):
             slots = context_slot_mapping[j] if per_layer else context_slot_mapping
@@ -234,14 +239,9 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         return self.model.combine_hidden_states(aux_hidden_states)
 
     def precompute_and_store_context_kv(
-        self,
-        context_states: torch.Tensor,
-        context_positions: torch.Tensor,
-        context_slot_mapping: torch.Tensor | list[torch.Tensor | None] | None = None,
+        self, states: torch.Tensor, positions: torch.Tensor, slots: ContextSlots = None
     ) -> None:
-        self.model.precompute_and_store_context_kv(
-            context_states, context_positions, context_slot_mapping
-        )
+        self.model.precompute_and_store_context_kv(states, positions, slots)
 
     def get_draft_kv_cache_layer_names(self) -> list[str]:
         return [layer.self_attn.attn.layer_name for layer in self.model.layers]
