@@ -78,7 +78,9 @@ def _vllm_imports(tree: ast.AST) -> list[str]:
     """``module:name`` of every ``from vllm... import name`` in ``tree``."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm"):
+        if not isinstance(node, ast.ImportFrom) or node.module is None:
+            continue
+        if node.module == "vllm" or node.module.startswith("vllm."):
             found += [f"{node.module}:{alias.name}" for alias in node.names]
     return found
 
