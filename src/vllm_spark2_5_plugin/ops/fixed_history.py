@@ -19,6 +19,7 @@ from vllm_spark2_5_plugin.ops.fixed_history_checks import (
 )
 from vllm_spark2_5_plugin.ops.fixed_history_launch import (
     LaunchPlan,
+    PagedKV,
     interpreting,
     launch_kernel,
     plan_launch,
@@ -129,15 +130,5 @@ def fixed_history_attention(
             max_kv_len=block_table.shape[1] * page_size,
             device=q.device,
         )
-    return launch_kernel(
-        q,
-        k_cache,
-        v_cache,
-        block_table,
-        context_lens,
-        query_start_loc,
-        window,
-        scale,
-        out,
-        plan,
-    )
+    kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc)
+    return launch_kernel(q, kv, window, scale, out, plan)

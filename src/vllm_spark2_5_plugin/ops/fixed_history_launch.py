@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -168,13 +169,19 @@ def plan_launch(
     )
 
 
+class PagedKV(NamedTuple):
+    """The paged cache and the per-request metadata one launch reads."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_table: torch.Tensor
+    context_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+
+
 def launch_kernel(
     q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
+    kv: PagedKV,
     window: int | None,
     scale: float,
     out: torch.Tensor,
@@ -182,6 +189,7 @@ def launch_kernel(
 ) -> torch.Tensor:
     """Run the kernels with ``plan``; the arguments must already have passed
     ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
+    k_cache, v_cache, block_table, context_lens, query_start_loc = kv
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
