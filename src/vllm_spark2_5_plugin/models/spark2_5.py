@@ -217,6 +217,7 @@ class Spark2_5DecoderLayer(nn.Module):
         config: Spark2_5Config,
         layer_type: str,
         sliding_window: int | None,
+        *,
         cache_config: CacheConfig | None = None,
         quant_config: QuantizationConfig | None = None,
         prefix: str = "",
