@@ -7,12 +7,17 @@ no download. Weights are random but scaled so that logits are well spread
 carries DSpark draft weights under one of the three accepted prefixes.
 
     spark2_5-make-tiny-checkpoint /tmp/spark2_5-tiny [--dspark] [--seed 0]
+
+With ``--preset NAME`` the command writes a larger checkpoint of a named shape
+instead (``small``: about 1B parameters); see
+:mod:`vllm_spark2_5_plugin.tools.make_checkpoint`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,7 +68,7 @@ TINY_DSPARK: dict[str, Any] = {
 
 # A few lines of text in the shapes the tokenizer will meet (prose, JSON, code,
 # tool calls) so that byte-pair merges look like a real tokenizer's.
-_TOKENIZER_CORPUS = """\
+TOKENIZER_CORPUS = """\
 The quick brown fox jumps over the lazy dog. What is the weather in Paris today?
 Hello! How can I help you? I will call a function to get the answer for you.
 {"city": "Paris", "days": 3, "unit": "celsius", "verbose": true, "tags": ["a", "b"]}
@@ -74,8 +79,12 @@ Les prix sont en euros. Der Hund schläft. 東京の天気は晴れです。 Cec
 """
 
 
-def build_tokenizer(vocab_size: int):
-    """A byte-level BPE tokenizer (no download), tool tags as special tokens."""
+def build_tokenizer(vocab_size: int, corpus: Iterable[str] | None = None):
+    """A byte-level BPE tokenizer (no download), tool tags as special tokens.
+
+    ``corpus`` (lines of text) replaces the built-in few lines; a larger
+    vocabulary needs a corpus with enough distinct byte pairs to merge.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -88,7 +97,8 @@ def build_tokenizer(vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_TOKENIZER_CORPUS.splitlines(), trainer)
+    lines = TOKENIZER_CORPUS.splitlines() if corpus is None else corpus
+    tokenizer.train_from_iterator(lines, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=EOS_TOKEN,
@@ -98,8 +108,14 @@ def build_tokenizer(vocab_size: int):
 
 
 def _decoder_layer_weights(
-    config: Spark2_5Config, prefix: str, gen: torch.Generator
+    config: Spark2_5Config,
+    prefix: str,
+    gen: torch.Generator,
+    branch_scale: float = 1.0,
 ) -> dict[str, torch.Tensor]:
+    """One decoder layer; ``branch_scale`` multiplies the two projections that
+    write into the residual stream (``o_proj``, ``down_proj``) after drawing,
+    so the random draws are the same for every scale."""
     h, d = config.hidden_size, config.head_dim
     n_q, n_kv, inter = (
         config.num_attention_heads,
@@ -131,6 +147,9 @@ def _decoder_layer_weights(
             )
     if config.attention_output_gate:
         w[f"{prefix}self_attn.g_proj.weight"] = linear(n_q, h)
+    if branch_scale != 1.0:
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            w[f"{prefix}{name}"] = w[f"{prefix}{name}"] * branch_scale
     return w
 
 
@@ -139,43 +158,65 @@ def random_weights(
 ) -> dict[str, torch.Tensor]:
     """Random tensors in the checkpoint layout of docs/model.md (and, with a
     prefix, the draft layout of docs/dspark.md)."""
+    return dict(iter_random_weights(config, seed, dspark_prefix))
+
+
+def iter_random_weights(
+    config: Spark2_5Config,
+    seed: int = 0,
+    dspark_prefix: str | None = None,
+    branch_scale: float = 1.0,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of :func:`random_weights`, one at a time and in the same
+    order from the same draws, so a large checkpoint can be cast and stored
+    without holding every float32 tensor at once. ``branch_scale`` scales the
+    residual-branch outputs of the target's layers (1.0: as drawn)."""
     gen = torch.Generator().manual_seed(seed)
     h, v = config.hidden_size, config.vocab_size
-    weights = {"model.embed_tokens.weight": torch.randn(v, h, generator=gen)}
+    yield "model.embed_tokens.weight", torch.randn(v, h, generator=gen).contiguous()
     for i in range(config.num_hidden_layers):
-        weights.update(_decoder_layer_weights(config, f"model.layers.{i}.", gen))
-    weights["model.norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
+        layer = _decoder_layer_weights(config, f"model.layers.{i}.", gen, branch_scale)
+        for name, tensor in layer.items():
+            yield name, tensor.contiguous()
+    yield "model.norm.weight", (1.0 + 0.1 * torch.randn(h, generator=gen)).contiguous()
     if not config.tie_word_embeddings:
         # Larger than 1/sqrt(h) so logits spread over several units.
-        weights["lm_head.weight"] = 4.0 * torch.randn(v, h, generator=gen) / h**0.5
+        head = 4.0 * torch.randn(v, h, generator=gen) / h**0.5
+        yield "lm_head.weight", head.contiguous()
 
-    if dspark_prefix is not None:
-        p = dspark_prefix
-        n_aux = len(config.dspark_target_layer_ids)
-        rank = config.dspark_markov_rank
-        weights[f"{p}main_proj.weight"] = (
-            torch.randn(h, n_aux * h, generator=gen) / (n_aux * h) ** 0.5
+    if dspark_prefix is None:
+        return
+    p = dspark_prefix
+    n_aux = len(config.dspark_target_layer_ids)
+    rank = config.dspark_markov_rank
+    draft: dict[str, torch.Tensor] = {}
+    draft[f"{p}main_proj.weight"] = (
+        torch.randn(h, n_aux * h, generator=gen) / (n_aux * h) ** 0.5
+    )
+    draft[f"{p}main_norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
+    for name, tensor in draft.items():
+        yield name, tensor.contiguous()
+    for j in range(len(config.dspark_layer_types)):
+        for name, tensor in _decoder_layer_weights(
+            config, f"{p}layers.{j}.", gen
+        ).items():
+            yield name, tensor.contiguous()
+    draft = {f"{p}norm.weight": 1.0 + 0.1 * torch.randn(h, generator=gen)}
+    draft[f"{p}markov_head.markov_w1.weight"] = torch.randn(v, rank, generator=gen)
+    draft[f"{p}markov_head.markov_w2.weight"] = (
+        torch.randn(v, rank, generator=gen) / rank**0.5
+    )
+    if config.dspark_markov_head_type == "rnn":
+        draft[f"{p}markov_head.rnn_proj.weight"] = (
+            torch.randn(rank, rank, generator=gen) / rank**0.5
         )
-        weights[f"{p}main_norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
-        for j in range(len(config.dspark_layer_types)):
-            weights.update(_decoder_layer_weights(config, f"{p}layers.{j}.", gen))
-        weights[f"{p}norm.weight"] = 1.0 + 0.1 * torch.randn(h, generator=gen)
-        weights[f"{p}markov_head.markov_w1.weight"] = torch.randn(
-            v, rank, generator=gen
+    if config.dspark_enable_confidence_head:
+        draft[f"{p}confidence_head.proj.weight"] = (
+            torch.randn(1, h + rank, generator=gen) / (h + rank) ** 0.5
         )
-        weights[f"{p}markov_head.markov_w2.weight"] = (
-            torch.randn(v, rank, generator=gen) / rank**0.5
-        )
-        if config.dspark_markov_head_type == "rnn":
-            weights[f"{p}markov_head.rnn_proj.weight"] = (
-                torch.randn(rank, rank, generator=gen) / rank**0.5
-            )
-        if config.dspark_enable_confidence_head:
-            weights[f"{p}confidence_head.proj.weight"] = (
-                torch.randn(1, h + rank, generator=gen) / (h + rank) ** 0.5
-            )
-            weights[f"{p}confidence_head.proj.bias"] = torch.randn(1, generator=gen)
-    return {name: t.contiguous() for name, t in weights.items()}
+        draft[f"{p}confidence_head.proj.bias"] = torch.randn(1, generator=gen)
+    for name, tensor in draft.items():
+        yield name, tensor.contiguous()
 
 
 def make_tiny_checkpoint(
@@ -247,7 +288,20 @@ def make_tiny_checkpoint(
 
 
 def main(argv: list[str] | None = None) -> None:
+    preset = argparse.ArgumentParser(add_help=False)
+    preset.add_argument("--preset")
+    known, _ = preset.parse_known_args(argv)
+    if known.preset is not None:
+        # A named larger shape: its own options (see make_checkpoint --help).
+        from vllm_spark2_5_plugin.tools import make_checkpoint
+
+        make_checkpoint.main(argv)
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--preset",
+        help="write a larger named shape instead (see make_checkpoint --help)",
+    )
     parser.add_argument("path", help="directory to write the checkpoint to")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A Spark2_5 checkpoint rewritten as a vLLM in-tree architecture of equal shapes.
+
+Used for target-only throughput comparisons (``make_checkpoint --in-tree``):
+the same weights and tokenizer in the layout of Llama or Gemma3, as described
+in ``benchmarks/dspark_serving.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
+from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS, prepare_dir
+
+
+def write_in_tree(
+    spark_dir: str | Path, out_dir: str | Path, arch: str = "llama", overwrite=False
+) -> Path:
+    """Copy a Spark2_5 checkpoint's target into a vLLM in-tree architecture of
+    equal shapes, with the same tokenizer (draft tensors are left out).
+
+    * ``llama``: ``LlamaForCausalLM`` with ``layer_types``/``sliding_window``
+      (vLLM's Llama reads both), the Spark2_5 tensors minus the head gate
+      ``g_proj``; SiLU, as vLLM's Llama supports no other activation; one RoPE
+      theta (the sliding layers').
+    * ``gemma3``: ``Gemma3ForCausalLM`` (``gemma3_text``): GELU-tanh and
+      per-layer-type RoPE as Spark2_5, no soft-capping, plus Gemma's extra
+      norms (q/k norms, post-attention and post-MLP norms) and embedding
+      scaling; norms stored as Gemma's ``1 + w`` offsets.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    if arch not in IN_TREE_ARCHS:
+        raise ValueError(f"unknown in-tree architecture {arch!r}: {IN_TREE_ARCHS}")
+    spark_dir, out_dir = Path(spark_dir), Path(out_dir)
+    raw = json.loads((spark_dir / "config.json").read_text())
+    prepare_dir(out_dir, overwrite)
+    shapes = {
+        key: raw[key]
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "sliding_window",
+            "layer_types",
+            "rms_norm_eps",
+            "attention_bias",
+            "tie_word_embeddings",
+        )
+    }
+    ids = {
+        "eos_token_id": raw.get("eos_token_id"),
+        "pad_token_id": raw.get("pad_token_id"),
+        "bos_token_id": raw.get("bos_token_id"),
+    }
+    dtype = raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"
+    rope = raw.get("rope_parameters") or {}
+    if not any(t in rope for t in (SLIDING, FULL)):  # a flat dict: both types
+        rope = {SLIDING: dict(rope), FULL: dict(rope)}
+    rope = {
+        t: {"rope_type": "default", "rope_theta": theta, **(rope.get(t) or {})}
+        for t, theta in ((SLIDING, 1e4), (FULL, 1e6))
+    }
+    if arch == "llama":
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(
+            architectures=["LlamaForCausalLM"],
+            hidden_act="silu",
+            rope_parameters=rope[SLIDING],
+            dtype=dtype,
+            **shapes,
+            **ids,
+        )
+    else:
+        from transformers import Gemma3TextConfig
+
+        config = Gemma3TextConfig(
+            architectures=["Gemma3ForCausalLM"],
+            hidden_activation="gelu_pytorch_tanh",
+            rope_parameters=rope,
+            query_pre_attn_scalar=raw["head_dim"],
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+            dtype=dtype,
+            **shapes,
+            **ids,
+        )
+    config.save_pretrained(out_dir)
+
+    tensors: dict[str, torch.Tensor] = {}
+    files = sorted(spark_dir.glob("*.safetensors"))
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                if name.startswith(DRAFT_WEIGHT_PREFIXES) or ".g_proj." in name:
+                    continue
+                tensors[name] = f.get_tensor(name)
+    if arch == "gemma3":
+        ref = tensors["model.norm.weight"]
+        for key in [k for k in tensors if k.endswith("norm.weight")]:
+            tensors[key] = (tensors[key].float() - 1.0).to(ref.dtype)
+        for i in range(raw["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            # Spark2_5's pre-MLP norm is Gemma's pre_feedforward_layernorm.
+            tensors[f"{p}pre_feedforward_layernorm.weight"] = tensors.pop(
+                f"{p}post_attention_layernorm.weight"
+            )
+            zeros = torch.zeros(raw["hidden_size"], dtype=ref.dtype)
+            tensors[f"{p}post_attention_layernorm.weight"] = zeros.clone()
+            tensors[f"{p}post_feedforward_layernorm.weight"] = zeros.clone()
+            for qk in ("q_norm", "k_norm"):
+                tensors[f"{p}self_attn.{qk}.weight"] = torch.zeros(
+                    raw["head_dim"], dtype=ref.dtype
+                )
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    for item in spark_dir.iterdir():
+        if item.name.startswith(("tokenizer", "special_tokens")) or item.name in (
+            "chat_template.jinja",
+            "generation_config.json",
+        ):
+            shutil.copy(item, out_dir / item.name)
+    summary = {
+        "from": str(spark_dir),
+        "arch": config.architectures[0],
+        "parameters": sum(t.numel() for t in tensors.values()),
+    }
+    (out_dir / "make_checkpoint.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return out_dir
+
+
+# -- command -------------------------------------------------------------------

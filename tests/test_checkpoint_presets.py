@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The named checkpoint shapes of ``tools/make_checkpoint.py``.
+
+The ``small`` preset (~1B parameters) is checked by its shape and parameter
+formula only (writing it takes 2 GB); ``mini`` is the same recipe at tiny
+sizes and is written, counted, tokenized and served by real vLLM on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.tools.in_tree_checkpoint import write_in_tree
+from vllm_spark2_5_plugin.tools.make_checkpoint import (
+    PRESETS,
+    build_preset_tokenizer,
+    make_checkpoint,
+    parameter_count,
+)
+
+
+def _stored(path: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        return {
+            name: tuple(f.get_slice(name).get_shape())
+            for name in f.keys()  # noqa: SIM118 - safe_open has no __iter__
+        }
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("presets")
+    path = make_checkpoint(root / "mini", "mini", dtype=torch.float32)
+    write_in_tree(path, root / "mini-llama", "llama")
+    write_in_tree(path, root / "mini-gemma3", "gemma3")
+    return path
+
+
+def test_small_preset_has_the_realistic_shape():
+    spec = PRESETS["small"]
+    config = {**spec["config"], **spec["dspark"]}
+    assert config["hidden_size"] >= 2048
+    assert config["num_attention_heads"] == 16
+    assert config["num_key_value_heads"] in (4, 8)
+    assert config["head_dim"] == 128
+    assert 6144 <= config["intermediate_size"] <= 8192
+    assert 12 <= config["num_hidden_layers"] <= 16
+    types = config["layer_types"]
+    assert len(types) == config["num_hidden_layers"]
+    assert types == [FULL if i % 4 == 3 else SLIDING for i in range(len(types))]
+    assert config["sliding_window"] == 4096
+    assert config["max_position_embeddings"] >= 4096
+    assert config["dspark_block_size"] == 7
+    assert config["dspark_layer_types"] == [SLIDING]
+    ids = config["dspark_target_layer_ids"]
+    assert len(ids) == 3 and ids[0] <= 2 and ids[-1] >= config["num_hidden_layers"] - 3
+    counts = parameter_count(config)
+    assert 0.95e9 <= counts["target"] <= 1.1e9, counts
+    # Hand count: 16 layers of (q,k,v,o + g_proj + MLP + 2 norms), embed, head.
+    layer = 2048 * 2048 * 2 + 2 * 2048 * 512 + 2048 * 16 + 3 * 2048 * 7168 + 2 * 2048
+    assert counts["target"] == 16 * layer + 2 * 32768 * 2048 + 2048
+
+
+def test_mini_parameter_formula_matches_the_stored_tensors(mini: Path):
+    raw = json.loads((mini / "config.json").read_text())
+    stored = _stored(mini)
+    total = sum(torch.Size(shape).numel() for shape in stored.values())
+    counts = parameter_count(raw)
+    assert total == counts["total"]
+    draft = sum(
+        torch.Size(s).numel() for n, s in stored.items() if n.startswith("draft_model.")
+    )
+    assert draft == counts["draft"] > 0
+    summary = json.loads((mini / "make_checkpoint.json").read_text())
+    assert summary["parameters"] == counts
+    # GPT-2's residual-branch scale, 1/sqrt(2 * layers), by default.
+    assert summary["branch_scale"] == pytest.approx((2 * 4) ** -0.5)
+    # Same recipe as small: 3 sliding : 1 full, block 7, rnn head.
+    assert raw["layer_types"] == [SLIDING, SLIDING, SLIDING, FULL]
+    assert raw["dspark_block_size"] == 7 and raw["dspark_markov_head_type"] == "rnn"
+
+
+def test_mini_tokenizer_covers_and_decodes_every_id(mini: Path):
+    from transformers import AutoTokenizer
+
+    raw = json.loads((mini / "config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(mini)
+    vocab = raw["vocab_size"]
+    assert len(tokenizer) == vocab == tokenizer.vocab_size
+    tokens = tokenizer.convert_ids_to_tokens(list(range(vocab)))
+    assert all(t is not None for t in tokens)
+    for i in range(vocab):
+        assert isinstance(tokenizer.decode([i]), str)
+    text = tokenizer.decode(list(range(vocab)), skip_special_tokens=True)
+    assert len(text) > vocab
+    assert raw["dspark_noise_token_id"] == tokenizer.convert_tokens_to_ids("<|mask|>")
+
+
+def test_tokenizer_is_deterministic_and_exactly_vocab_size(monkeypatch):
+    from vllm_spark2_5_plugin.tools import make_checkpoint as mc
+
+    a = build_preset_tokenizer(512, seed=3)
+    b = build_preset_tokenizer(512, seed=3)
+    assert a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
+    assert len(a) == 512
+    # A corpus too small for the vocabulary is refused, not silently short.
+    monkeypatch.setattr(mc, "synthetic_corpus", lambda n, seed: ["ab ab ab"])
+    with pytest.raises(ValueError, match="corpus is too small"):
+        mc.build_preset_tokenizer(512)
+
+
+def test_weights_stream_equals_the_tiny_makers_draws():
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
+        iter_random_weights,
+        random_weights,
+    )
+
+    spec = PRESETS["mini"]
+    config = Spark2_5Config(
+        **spec["config"], **spec["dspark"], dspark_noise_token_id=13
+    )
+    whole = random_weights(config, 5, "mtp.")
+    streamed = list(iter_random_weights(config, 5, "mtp."))
+    assert [n for n, _ in streamed] == list(whole)
+    assert all(torch.equal(t, whole[n]) for n, t in streamed)
+    scaled = dict(iter_random_weights(config, 5, "mtp.", branch_scale=0.5))
+    for name, tensor in whole.items():
+        target_branch = name.startswith("model.layers.") and name.endswith(
+            ("o_proj.weight", "down_proj.weight")
+        )
+        want = tensor * 0.5 if target_branch else tensor
+        assert torch.equal(scaled[name], want), name
+
+
+def test_in_tree_copies_have_the_architectures_tensors(mini: Path):
+    spark = _stored(mini)
+    llama = _stored(mini.with_name("mini-llama"))
+    assert set(llama) == {
+        n for n in spark if not n.startswith("draft_model.") and ".g_proj." not in n
+    }
+    assert all(llama[n] == spark[n] for n in llama)
+    gemma = _stored(mini.with_name("mini-gemma3"))
+    extra = set(gemma) - set(llama)
+    assert {n.split(".")[-2] for n in extra} == {
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+        "q_norm",
+        "k_norm",
+    }
+    cfg = json.loads((mini.with_name("mini-llama") / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    assert (
+        cfg["layer_types"]
+        == json.loads((mini / "config.json").read_text())["layer_types"]
+    )
+    assert (mini.with_name("mini-llama") / "tokenizer.json").read_text() == (
+        mini / "tokenizer.json"
+    ).read_text()
+
+
+def test_command_line_preset_through_the_tiny_makers_command(tmp_path: Path):
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    main([str(tmp_path / "m"), "--preset", "mini", "--no-dspark", "--dtype", "float32"])
+    raw = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert raw["hidden_size"] == 128 and "dspark_block_size" not in raw
+    assert parameter_count(raw)["draft"] == 0
+
+
+@pytest.mark.slow
+def test_vllm_loads_and_generates_from_the_mini_checkpoint(mini: Path):
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        str(mini),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        seed=0,
+        distributed_executor_backend="uni",
+    )
+    try:
+        assert llm.llm_engine.model_config.architectures == ["Spark2_5ForCausalLM"]
+        out = llm.generate(
+            [TokensPrompt(prompt_token_ids=list(range(20, 120)))],
+            SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+            use_tqdm=False,
+        )[0].outputs[0]
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    assert len(out.token_ids) == 12
+    assert all(0 <= t < 1024 for t in out.token_ids)
+    assert isinstance(out.text, str) and out.text
