@@ -19,3 +19,38 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("spark2_5-tiny"))
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A one-process gloo world for building models with vLLM's ``get_model``,
+    torn down after the module (other modules build whole ``LLM``s)."""
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.distributed.parallel_state import (
+        cleanup_dist_env_and_memory,
+        model_parallel_is_initialized,
+    )
+
+    owned = not model_parallel_is_initialized()
+    if owned:
+        from vllm.utils.network_utils import get_open_port
+
+        with set_current_vllm_config(VllmConfig()):
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
+                backend="gloo",
+            )
+            initialize_model_parallel(1, 1)
+    yield
+    if owned:
+        cleanup_dist_env_and_memory()

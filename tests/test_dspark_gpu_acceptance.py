@@ -22,27 +22,12 @@ import os
 from pathlib import Path
 
 import pytest
+from vllm_helpers import skip_without_gpu_vllm
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 
-def _gpu_vllm_available() -> bool:
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return False
-        from vllm.platforms import current_platform
-
-        return current_platform.is_cuda()
-    except Exception:  # noqa: BLE001 - any import problem means "not available"
-        return False
-
-
-if not _gpu_vllm_available():
-    pytest.skip(
-        "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0", allow_module_level=True
-    )
+skip_without_gpu_vllm()
 
 NUM_PROMPTS = 48
 PROMPT_LEN = 48

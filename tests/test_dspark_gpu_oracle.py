@@ -52,27 +52,14 @@ from dspark_oracle import (
     ProposalRecorder,
     RequestSequence,
 )
+from vllm_helpers import skip_without_gpu_vllm
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 
-def _gpu_vllm_available() -> bool:
-    try:
-        if not torch.cuda.is_available():
-            return False
-        from vllm.platforms import current_platform
-
-        return current_platform.is_cuda()
-    except Exception:  # noqa: BLE001 - any import problem means "not available"
-        return False
-
-
-if not _gpu_vllm_available():
-    pytest.skip(
-        "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0", allow_module_level=True
-    )
+skip_without_gpu_vllm()
 
 MAX_TOKENS = 64
 MAX_MODEL_LEN = 1024

@@ -80,37 +80,6 @@ def split_into_two_files(path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def world():
-    """A one-process gloo world, torn down after the module."""
-    import vllm_spark2_5_plugin
-
-    vllm_spark2_5_plugin.register()
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.distributed.parallel_state import (
-        cleanup_dist_env_and_memory,
-        model_parallel_is_initialized,
-    )
-
-    owned = not model_parallel_is_initialized()
-    if owned:
-        from vllm.utils.network_utils import get_open_port
-
-        with set_current_vllm_config(VllmConfig()):
-            init_distributed_environment(
-                world_size=1,
-                rank=0,
-                local_rank=0,
-                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
-                backend="gloo",
-            )
-            initialize_model_parallel(1, 1)
-    yield
-    if owned:
-        cleanup_dist_env_and_memory()
-
-
 def build(path: Path, draft: bool = False) -> torch.nn.Module:
     """The target (or the DSpark draft) of ``path``, loaded by ``get_model``."""
     from vllm.config import (

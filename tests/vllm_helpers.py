@@ -74,3 +74,24 @@ def run_python(
         timeout=timeout,
         cwd=REPO,
     )
+
+
+def skip_without_gpu_vllm() -> None:
+    """Skip the calling test module unless CUDA and a CUDA build of vLLM exist."""
+    import pytest
+
+    try:
+        import torch
+
+        available = torch.cuda.is_available()
+        if available:
+            from vllm.platforms import current_platform
+
+            available = current_platform.is_cuda()
+    except Exception:  # noqa: BLE001 - any import problem means "not available"
+        available = False
+    if not available:
+        pytest.skip(
+            "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0",
+            allow_module_level=True,
+        )
