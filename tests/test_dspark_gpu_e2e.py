@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""End to end on a GPU: DSpark runs inside vLLM, eager and with CUDA graphs.
+"""End to end on a GPU: DSpark serves inside vLLM (CUDA graphs on).
 
 Greedy output with DSpark equals output without it. That holds for any draft
 (rejection sampling repairs it), so this is a smoke test; the proof that the
