@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 import pytest
-from vllm_helpers import skip_without_gpu_vllm
+from vllm_helpers import run_llm, skip_without_gpu_vllm
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -75,28 +75,18 @@ def trained(tmp_path_factory) -> tuple[Path, list[list[int]], list[list[int]]]:
 
 
 def _serve(path: Path, prompts: list[list[int]], num_spec: int):
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
+    from vllm import SamplingParams
 
-    llm = LLM(
-        str(path),
+    outputs, metrics = run_llm(
+        path,
+        prompts,
+        SamplingParams(temperature=0.0, max_tokens=GEN_LEN, ignore_eos=True),
         max_model_len=1024,
         gpu_memory_utilization=0.3,
         seed=0,
         speculative_config={"method": "dspark", "num_speculative_tokens": num_spec},
         disable_log_stats=False,
     )
-    try:
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts],
-            SamplingParams(temperature=0.0, max_tokens=GEN_LEN, ignore_eos=True),
-            use_tqdm=False,
-        )
-        metrics = {m.name: m for m in llm.get_metrics()}
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
     return [list(o.outputs[0].token_ids) for o in outputs], metrics
 
 

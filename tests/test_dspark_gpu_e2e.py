@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from vllm_helpers import skip_without_gpu_vllm
+from vllm_helpers import run_llm, skip_without_gpu_vllm
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -60,13 +60,13 @@ def checkpoint(tmp_path_factory):
     return str(tiny), 4
 
 
-def _generate(path: str, speculative_config: dict | None) -> tuple[list, dict]:
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(
+def _generate(
+    path: str, speculative_config: dict | None, sampling_params
+) -> tuple[list, dict]:
+    outputs, metrics = run_llm(
         path,
+        PROMPTS,
+        sampling_params,
         dtype="float16",
         max_model_len=1024,
         gpu_memory_utilization=0.35,
@@ -74,24 +74,20 @@ def _generate(path: str, speculative_config: dict | None) -> tuple[list, dict]:
         speculative_config=speculative_config,
         disable_log_stats=False,
     )
-    try:
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
-            SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True),
-            use_tqdm=False,
-        )
-        metrics = {m.name: m for m in llm.get_metrics()}
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
     return [list(o.outputs[0].token_ids) for o in outputs], metrics
+
+
+def _greedy():
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
 def test_greedy_output_with_dspark_equals_output_without(checkpoint):
     path, num_spec = checkpoint
-    baseline, _ = _generate(path, None)
+    baseline, _ = _generate(path, None, _greedy())
     drafted, metrics = _generate(
-        path, {"method": "dspark", "num_speculative_tokens": num_spec}
+        path, {"method": "dspark", "num_speculative_tokens": num_spec}, _greedy()
     )
     for prompt, want, got in zip(PROMPTS, baseline, drafted, strict=True):
         assert got == want, f"prompt {prompt[:8]}...: {got} != {want}"
@@ -101,30 +97,16 @@ def test_greedy_output_with_dspark_equals_output_without(checkpoint):
 
 
 def test_probabilistic_drafting_runs_at_temperature_one(checkpoint):
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
+    from vllm import SamplingParams
 
     path, num_spec = checkpoint
-    llm = LLM(
+    outputs, _ = _generate(
         path,
-        dtype="float16",
-        max_model_len=1024,
-        gpu_memory_utilization=0.35,
-        seed=0,
-        speculative_config={
+        {
             "method": "dspark",
             "num_speculative_tokens": num_spec,
             "draft_sample_method": "probabilistic",
         },
+        SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1),
     )
-    try:
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
-            SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1),
-            use_tqdm=False,
-        )
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
-    assert all(len(o.outputs[0].token_ids) > 0 for o in outputs)
+    assert all(len(tokens) > 0 for tokens in outputs)

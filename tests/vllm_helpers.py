@@ -21,6 +21,36 @@ LLM_KWARGS = dict(
 )
 
 
+def run_llm(
+    model: str | Path,
+    prompts: Sequence[Sequence[int]],
+    sampling_params,
+    **llm_kwargs,
+) -> tuple[list, dict]:
+    """``RequestOutput``s and metrics (by name) of one in-process ``vllm.LLM``,
+    torn down afterwards so the next engine gets the memory back."""
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(str(model), **llm_kwargs)
+    try:
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+            sampling_params,
+            use_tqdm=False,
+        )
+        metrics = (
+            {m.name: m for m in llm.get_metrics()}
+            if llm_kwargs.get("disable_log_stats") is False
+            else {}
+        )
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    return outputs, metrics
+
+
 def greedy_generate(
     model: str | Path,
     prompts: Sequence[Sequence[int]],
@@ -29,24 +59,13 @@ def greedy_generate(
     **llm_kwargs,
 ) -> list[tuple[list[int], list[dict[int, float]]]]:
     """Greedy tokens and top logprobs per step from an in-process ``vllm.LLM``."""
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
+    from vllm import SamplingParams
 
     kwargs = {**LLM_KWARGS, "distributed_executor_backend": "uni", **llm_kwargs}
-    llm = LLM(str(model), **kwargs)
-    try:
-        params = SamplingParams(
-            temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True
-        )
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-            params,
-            use_tqdm=False,
-        )
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True
+    )
+    outputs, _ = run_llm(model, prompts, params, **kwargs)
     results = []
     for out in outputs:
         completion = out.outputs[0]
