@@ -58,6 +58,7 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     EOS_TOKEN,
     NOISE_TOKEN,
     TOKENIZER_CORPUS,
+    add_checkpoint_arguments,
     build_tokenizer,
     iter_random_weights,
 )
@@ -382,19 +383,10 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="directory to write the checkpoint to")
+    add_checkpoint_arguments(parser, default_dtype="bfloat16")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16"
-    )
     parser.add_argument(
         "--no-dspark", action="store_true", help="leave out the untrained draft"
-    )
-    parser.add_argument(
-        "--dspark-prefix",
-        choices=DRAFT_WEIGHT_PREFIXES,
-        default=DRAFT_WEIGHT_PREFIXES[0],
     )
     parser.add_argument(
         "--branch-scale",

@@ -287,6 +287,22 @@ def make_tiny_checkpoint(
     return path
 
 
+def add_checkpoint_arguments(
+    parser: argparse.ArgumentParser, default_dtype: str
+) -> None:
+    """The options every checkpoint maker shares: where, seed, dtype, prefix."""
+    parser.add_argument("path", help="directory to write the checkpoint to")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], default=default_dtype
+    )
+    parser.add_argument(
+        "--dspark-prefix",
+        choices=DRAFT_WEIGHT_PREFIXES,
+        default=DRAFT_WEIGHT_PREFIXES[0],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     preset = argparse.ArgumentParser(add_help=False)
     preset.add_argument("--preset")
@@ -302,18 +318,9 @@ def main(argv: list[str] | None = None) -> None:
         "--preset",
         help="write a larger named shape instead (see make_checkpoint --help)",
     )
-    parser.add_argument("path", help="directory to write the checkpoint to")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--dtype", choices=["float32", "bfloat16", "float16"], default="float32"
-    )
+    add_checkpoint_arguments(parser, default_dtype="float32")
     parser.add_argument(
         "--dspark", action="store_true", help="add DSpark draft config and weights"
-    )
-    parser.add_argument(
-        "--dspark-prefix",
-        choices=DRAFT_WEIGHT_PREFIXES,
-        default=DRAFT_WEIGHT_PREFIXES[0],
     )
     args = parser.parse_args(argv)
     out = make_tiny_checkpoint(
