@@ -11,6 +11,12 @@ greedy speculative decoding over vLLM's own output sequences. They must agree
 within 3%; the draft must also be accepted often enough for the comparison to
 mean something.
 
+The same comparison runs on a draft trained elsewhere (the ~1B ``small``
+preset of ``benchmarks/dspark_serving.md``): ``SPARK2_5_ACCEPTANCE_CHECKPOINT``
+names the trained checkpoint and ``SPARK2_5_ACCEPTANCE_SEQUENCES`` the file that
+``spark2_5-train-dspark --save-sequences`` wrote; the first prompts of that file
+are served.
+
 Skipped without CUDA and a CUDA build of vLLM. Results also go to
 ``$SPARK2_5_ORACLE_OUT/acceptance.json`` when that variable is set.
 """
@@ -38,6 +44,9 @@ TOLERANCE = 0.03
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, list[list[int]], list[list[int]]]:
     """(checkpoint, prompts, the target's continuations the draft trained on)."""
+    given = os.environ.get("SPARK2_5_ACCEPTANCE_CHECKPOINT")
+    if given:
+        return _given_checkpoint(Path(given))
     import torch
 
     from vllm_spark2_5_plugin.names import FULL, SLIDING
@@ -72,6 +81,21 @@ def trained(tmp_path_factory) -> tuple[Path, list[list[int]], list[list[int]]]:
     saved = json.loads(sequences.read_text())
     p = saved["prompt_len"]
     return out, [s[:p] for s in saved["sequences"]], [s[p:] for s in saved["sequences"]]
+
+
+def _given_checkpoint(path: Path) -> tuple[Path, list[list[int]], list[list[int]]]:
+    """A draft trained outside this test, with the sequences it trained on."""
+    name = os.environ.get("SPARK2_5_ACCEPTANCE_SEQUENCES")
+    if not name:
+        pytest.fail(
+            "SPARK2_5_ACCEPTANCE_CHECKPOINT needs SPARK2_5_ACCEPTANCE_SEQUENCES: the "
+            "file written by spark2_5-train-dspark --save-sequences"
+        )
+    saved = json.loads(Path(name).read_text())
+    sequences, p = saved["sequences"][:NUM_PROMPTS], int(saved["prompt_len"])
+    if len(sequences) < NUM_PROMPTS:
+        pytest.fail(f"{name}: {len(sequences)} sequences, {NUM_PROMPTS} needed")
+    return path, [s[:p] for s in sequences], [s[p : p + GEN_LEN] for s in sequences]
 
 
 def _serve(path: Path, prompts: list[list[int]], num_spec: int):
@@ -109,7 +133,7 @@ def test_vllm_acceptance_equals_offline_prediction(trained):
 
     sequences = [p + o for p, o in zip(prompts, outputs, strict=True)]
     offline = checkpoint_acceptance(
-        path, sequences, PROMPT_LEN, dtype=torch.float32, device="cuda"
+        path, sequences, [len(p) for p in prompts], dtype=torch.float32, device="cuda"
     )
     same = sum(o == t for o, t in zip(outputs, trained_on, strict=True))
     result = {
