@@ -109,12 +109,26 @@ def write_checkpoint(
     (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def load_tokenizer(path: str | Path):
+    """The checkpoint's tokenizer, through Transformers' ``AutoTokenizer``.
+
+    Spark2_5Config is registered with ``AutoConfig`` first: AutoTokenizer reads
+    ``config.json``, and without the registration Transformers falls back to a
+    bare config and warns that the model type does not match.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.names import MODEL_TYPE
+
+    AutoConfig.register(MODEL_TYPE, Spark2_5Config, exist_ok=True)
+    return AutoTokenizer.from_pretrained(str(path))
+
+
 def noise_token_id(path: Path) -> int | None:
     """The tokenizer's mask token (or ``<|mask|>``), the default noise token."""
     try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = load_tokenizer(path)
     except Exception:  # noqa: BLE001
         return None
     if tok.mask_token_id is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
+from vllm_spark2_5_plugin.tools.dspark_checkpoint import load_tokenizer
 
 DTYPES = {
     "float32": torch.float32,
@@ -50,9 +51,7 @@ def prompt_token_pool(path: str | Path, vocab_size: int) -> torch.Tensor:
         special.update(value if isinstance(value, list) else [value])
     size = vocab_size
     try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = load_tokenizer(path)
         size = min(vocab_size, len(tok))
         special.update(tok.all_special_ids)
         special.update(i for i, t in tok.added_tokens_decoder.items() if t.special)
