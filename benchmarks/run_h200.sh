@@ -10,7 +10,8 @@
 #   kernel      fixed-history kernel: CUDA tests + the five-shape benchmark
 #   e2e         DSpark end to end (tests/test_dspark_gpu_e2e.py)
 #   oracle-a    DSpark oracle, the batch-64 runs
-#   oracle-b    DSpark oracle, every other run
+#   oracle-b    DSpark oracle, every other single-GPU run
+#   oracle-tp2  DSpark oracle at tensor parallel 2 (needs two GPUs)
 #   acceptance  trained draft: vLLM's acceptance vs the references' prediction
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
@@ -48,8 +49,9 @@ for stage in "$@"; do
         --md "$OUT/kernel-bench.md"
       ;;
     e2e) run e2e python3 -m pytest -q -rA tests/test_dspark_gpu_e2e.py ;;
-    oracle-a) oracle oracle-a "b64" ;;
-    oracle-b) oracle oracle-b "not b64" ;;
+    oracle-a) oracle oracle-a "b64 and not tp2" ;;
+    oracle-b) oracle oracle-b "not b64 and not tp2" ;;
+    oracle-tp2) oracle oracle-tp2 "tp2" ;;
     acceptance)
       SPARK2_5_ORACLE_OUT=$OUT run acceptance python3 -m pytest -q -rA -s \
         tests/test_dspark_gpu_acceptance.py

@@ -18,6 +18,12 @@ wrapper is set on ``DSparkSpeculator`` only, so other speculators are
 untouched, and it is removed again afterwards (:meth:`ProposalRecorder.installed`).
 The engine must run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
 ``distributed_executor_backend="uni"``) so that the worker sees the patch.
+With tensor parallelism the workers are other processes: there
+:func:`install_in_worker` and :func:`collect_from_worker` are sent to every
+worker through ``LLM.collective_rpc`` (the same class-level patch, installed
+in each worker after the engine is built, and the worker's recorder pickled
+back afterwards); the workers must be able to import this module
+(``PYTHONPATH``).
 
 Why there, outside every CUDA graph: ``propose`` is plain Python called
 eagerly once per engine step by ``GPUModelRunner.sample_tokens``
@@ -233,3 +239,30 @@ class ProposalRecorder:
             "recorder_errors": list(self.errors),
             "speculator": self.info,
         }
+
+
+# -- tensor parallelism: one recorder per worker process ------------------------------
+
+_WORKER_RECORDER: ProposalRecorder | None = None
+_WORKER_PATCH: contextlib.AbstractContextManager | None = None
+
+
+def install_in_worker(worker: Any) -> int:
+    """``collective_rpc`` target: patch this worker process's speculator class.
+    Returns the worker's rank (``worker.rank``, else -1)."""
+    global _WORKER_RECORDER, _WORKER_PATCH
+    if _WORKER_PATCH is None:
+        _WORKER_RECORDER = ProposalRecorder()
+        _WORKER_PATCH = _WORKER_RECORDER.installed()
+        _WORKER_PATCH.__enter__()
+    return int(getattr(worker, "rank", -1))
+
+
+def collect_from_worker(worker: Any) -> tuple[int, ProposalRecorder | None]:
+    """``collective_rpc`` target: (rank, this worker's recorder), unpatched."""
+    global _WORKER_RECORDER, _WORKER_PATCH
+    recorder = _WORKER_RECORDER
+    if _WORKER_PATCH is not None:
+        _WORKER_PATCH.__exit__(None, None, None)
+    _WORKER_RECORDER = _WORKER_PATCH = None
+    return int(getattr(worker, "rank", -1)), recorder

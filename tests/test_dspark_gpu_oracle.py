@@ -13,13 +13,17 @@ top1-top2 margin exceeds a threshold measured from bf16/fp16 noise (and on
 every position above 4x it); probabilistic runs must draft tokens that the
 reference distribution explains; every anchor must match.
 
-The matrix (8 engine runs, each ~1 min on an H200) covers: vanilla and rnn
+The matrix (8 engine runs on one GPU, each ~1 min on an H200, and one
+tensor-parallel run on two GPUs) covers: vanilla and rnn
 Markov heads (confidence head always in the checkpoint, used by vLLM in the
 adaptive-verification run); sliding-only, sliding+full and full+sliding draft
 layers with a draft window of 6-8 and a target window of 16 under 200-320
 token prompts; chunked prefill (64-token budget); prefix-cache hits (the same
 prompts twice); eager and CUDA graphs; greedy and probabilistic drafting
-(temperature 1); bf16 and fp16; batches of 1, 4, 8, 16 and 64.
+(temperature 1); bf16 and fp16; batches of 1, 4, 8, 16 and 64; tensor
+parallel 2 (skipped with fewer than two GPUs). Under tensor parallelism every
+worker records its own proposals (``collective_rpc``); the oracle checks rank
+0's and every rank must have proposed the same drafts.
 
 Needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0; skipped elsewhere.
 
@@ -52,6 +56,7 @@ from dspark_oracle import (
     ProposalRecorder,
     RequestSequence,
 )
+from dspark_oracle_recorder import collect_from_worker, install_in_worker
 from vllm_helpers import skip_without_gpu_vllm
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
@@ -101,6 +106,7 @@ class Run:
     prefix_cache: bool = False  # the same prompts twice
     adaptive: bool = False  # enable_adaptive_verification: vLLM runs the
     # confidence head and the oracle checks it
+    tp: int = 1  # tensor_parallel_size (workers in other processes)
 
 
 RUNS = [
@@ -131,6 +137,7 @@ RUNS = [
         sampling="probabilistic",
     ),
     Run("greedy-rnn-hybrid-adaptive-graph-b16", RNN_HYBRID, batch=16, adaptive=True),
+    Run("greedy-rnn-hybrid-graph-b16-tp2", RNN_HYBRID, batch=16, tp=2),
 ]
 
 
@@ -194,7 +201,11 @@ def _engine_kwargs(run: Run, num_spec: int) -> dict:
         gpu_memory_utilization=0.3,
         seed=0,
         speculative_config=speculative,
-        distributed_executor_backend="uni",  # in-process worker: sees the patch
+        # One GPU: the worker runs in this process and sees the class-level
+        # patch. Tensor parallel: worker processes, patched through
+        # collective_rpc (see _generate).
+        distributed_executor_backend="uni" if run.tp == 1 else "mp",
+        tensor_parallel_size=run.tp,
         enforce_eager=run.eager,
         enable_prefix_caching=run.prefix_cache,
     )
@@ -221,37 +232,68 @@ def _sampling_params(run: Run, n: int):
 
 def _generate(
     path: str, run: Run, kwargs: dict, prompts: list[list[int]]
-) -> tuple[list[RequestSequence], dict]:
+) -> tuple[list[RequestSequence], dict, ProposalRecorder]:
+    """Outputs, engine facts and the recorder that saw rank 0's proposals."""
     from vllm import LLM
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
 
     info: dict = {}
-    start = time.perf_counter()
-    llm = LLM(path, **kwargs)
-    info["engine_start_s"] = time.perf_counter() - start
+    recorder = ProposalRecorder()
     outputs = []
-    try:
+    # One GPU: patch the class here, the worker runs in this process.
+    with recorder.installed() if run.tp == 1 else contextlib.nullcontext():
         start = time.perf_counter()
-        for batch in range(2 if run.prefix_cache else 1):
-            # The second batch starts after the first finished: its prompts
-            # are in the prefix cache.
-            outs = llm.generate(
-                [TokensPrompt(prompt_token_ids=p) for p in prompts],
-                _sampling_params(run, len(prompts)),
-                use_tqdm=False,
-            )
-            info[f"batch{batch}_cached_tokens"] = sum(
-                o.num_cached_tokens or 0 for o in outs
-            )
-            outputs.extend(outs)
-        info["generate_s"] = time.perf_counter() - start
-    finally:
-        del llm
-        gc.collect()
-        cleanup_dist_env_and_memory()
+        llm = LLM(path, **kwargs)
+        info["engine_start_s"] = time.perf_counter() - start
+        try:
+            if run.tp > 1:
+                info["patched_ranks"] = llm.collective_rpc(install_in_worker)
+            start = time.perf_counter()
+            for batch in range(2 if run.prefix_cache else 1):
+                # The second batch starts after the first finished: its
+                # prompts are in the prefix cache.
+                outs = llm.generate(
+                    [TokensPrompt(prompt_token_ids=p) for p in prompts],
+                    _sampling_params(run, len(prompts)),
+                    use_tqdm=False,
+                )
+                info[f"batch{batch}_cached_tokens"] = sum(
+                    o.num_cached_tokens or 0 for o in outs
+                )
+                outputs.extend(outs)
+            info["generate_s"] = time.perf_counter() - start
+            if run.tp > 1:
+                collected = llm.collective_rpc(collect_from_worker)
+                recorder = _rank0_recorder(collected, info)
+        finally:
+            del llm
+            gc.collect()
+            cleanup_dist_env_and_memory()
     info["output_lengths"] = sorted({len(o.outputs[0].token_ids) for o in outputs})
-    return [RequestSequence.from_request_output(o) for o in outputs], info
+    return [RequestSequence.from_request_output(o) for o in outputs], info, recorder
+
+
+def _rank0_recorder(
+    collected: list[tuple[int, ProposalRecorder | None]], info: dict
+) -> ProposalRecorder:
+    """Rank 0's recorder; the ranks that drafted other tokens go to
+    ``info["ranks_disagreeing"]`` (a failure, see _run_failures)."""
+    by_rank = dict(collected)
+    info["collected_ranks"] = sorted(by_rank)
+    first = by_rank.get(0)
+    if first is None:
+        raise AssertionError(f"no recorder came back from rank 0: {collected}")
+
+    def drafts(rec: ProposalRecorder) -> list[tuple]:
+        return [(p.step, p.req_id, p.anchor_pos, tuple(p.draft)) for p in rec.proposals]
+
+    info["ranks_disagreeing"] = [
+        rank
+        for rank, rec in sorted(by_rank.items())
+        if rank != 0 and (rec is None or drafts(rec) != drafts(first))
+    ]
+    return first
 
 
 def _reference_device() -> str:
@@ -317,6 +359,15 @@ def _run_failures(
         fails.append("no proposal was made for a partial prefill chunk")
     if run.prefix_cache and not engine.get("batch1_cached_tokens"):
         fails.append("the second batch hit no prefix-cache block")
+    if run.tp > 1:
+        if sorted(engine.get("collected_ranks", [])) != list(range(run.tp)):
+            fails.append(
+                f"recorders came back from ranks {engine.get('collected_ranks')}"
+            )
+        if engine.get("ranks_disagreeing"):
+            fails.append(
+                f"ranks {engine['ranks_disagreeing']} drafted other tokens than rank 0"
+            )
     if run.adaptive and "confidence" not in summary:
         fails.append(
             "vLLM did not use the confidence head (use_confidence_head is False)"
@@ -344,9 +395,16 @@ def test_dspark_proposals_match_the_reference(run: Run, checkpoints, monkeypatch
     prompts = _prompts(run, config["vocab_size"], seed=zlib.crc32(run.name.encode()))
     kwargs = _engine_kwargs(run, num_spec)
 
-    recorder = ProposalRecorder()
-    with recorder.installed():
-        sequences, engine = _generate(path, run, kwargs, prompts)
+    if run.tp > 1:
+        if torch.cuda.device_count() < run.tp:
+            pytest.skip(f"needs {run.tp} GPUs, {torch.cuda.device_count()} visible")
+        # The worker processes import the recorder from this directory.
+        here = str(Path(__file__).parent)
+        monkeypatch.setenv(
+            "PYTHONPATH",
+            os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+        )
+    sequences, engine, recorder = _generate(path, run, kwargs, prompts)
 
     device = _reference_device()
     start = time.perf_counter()
