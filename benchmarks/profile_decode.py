@@ -63,15 +63,20 @@ def _round(value: Any, digits: int = 3) -> Any:
     return value
 
 
-def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
-    """Union of the busy intervals in a Chrome trace (GPU kernels, copies and
-    memsets; or CPU ops with ``device=False``), in ms, and the event count."""
+def _trace_events(trace_file: Path, device: bool) -> list[dict[str, Any]]:
+    """The complete events of a Chrome trace: GPU kernels, copies and memsets,
+    or CPU ops with ``device=False``."""
     events = json.loads(trace_file.read_text()).get("traceEvents", [])
     cats = ("kernel", "gpu_memcpy", "gpu_memset") if device else ("cpu_op",)
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in cats]
+
+
+def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
+    """Union of the busy intervals of :func:`_trace_events`, in ms, and the
+    event count."""
     spans = sorted(
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") in cats
+        for e in _trace_events(trace_file, device)
     )
     total, end = 0.0, float("-inf")
     for start, stop in spans:
@@ -80,6 +85,22 @@ def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
         total += stop - max(start, end)
         end = stop
     return total / 1e3, len(spans)
+
+
+def top_kernels(
+    trace_file: Path, steps: int, device: bool = True, top: int = 15
+) -> list[dict[str, Any]]:
+    """The ``top`` event names by total duration: ms and calls per step."""
+    totals: dict[str, list[float]] = {}
+    for e in _trace_events(trace_file, device):
+        entry = totals.setdefault(str(e.get("name", "?"))[:160], [0.0, 0])
+        entry[0] += float(e.get("dur", 0))
+        entry[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    return [
+        {"name": name, "ms_per_step": dur / 1e3 / steps, "calls_per_step": n / steps}
+        for name, (dur, n) in ranked
+    ]
 
 
 # -- offline phase (runs in a child process) -----------------------------------
@@ -314,7 +335,8 @@ def offline_child(args: argparse.Namespace) -> None:
             trace = Path(tmp) / "trace.json"
             rec.profiler.export_chrome_trace(str(trace))
             busy, count = busy_ms(trace, device=rec.activity == "cuda")
-        steps = len(rec.profile_steps)
+            steps = len(rec.profile_steps)
+            kernels = top_kernels(trace, steps, device=rec.activity == "cuda")
         wall = 1e3 * (rec.profile_end - rec.profile_start)
         result["profile"] = {
             "activity": rec.activity,
@@ -322,6 +344,7 @@ def offline_child(args: argparse.Namespace) -> None:
             "events": count,
             "busy_ms_per_step": busy / steps,
             "wall_ms_per_step_with_profiler": wall / steps,
+            "top_kernels": kernels,
         }
     with contextlib.suppress(Exception):
         import torch
