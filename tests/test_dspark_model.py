@@ -409,6 +409,47 @@ def test_context_kv_lands_in_each_layers_paged_cache(built: Built, per_layer):
             assert not kv_cache[page].any(), page
 
 
+def test_context_kv_with_a_plain_weight_projects_only_k_and_v(built: Built):
+    """The GPU build keeps ``qkv_proj.weight`` as a plain ``[q; k; v]`` matrix,
+    and context_kv then multiplies by its K/V rows only. The CPU build repacks
+    the weight, so the test gives each layer a plain matrix (and bias) whose Q
+    rows are NaN (reading them would show) and whose K/V rows are twice the
+    checkpoint's: K and V must come out doubled (RoPE is linear), which the
+    repacked weights cannot produce, so the plain path is the one that ran."""
+    step = DraftStep(built, context_lens=[6, 19])
+    layers = built.draft.model.layers
+    w = built.ref.weights
+
+    def doubled_kv(name: str, suffix: str) -> torch.nn.Parameter:
+        q = torch.full_like(w[name + "q_proj." + suffix], float("nan"))
+        kv = [2 * w[name + p + suffix] for p in ("k_proj.", "v_proj.")]
+        return torch.nn.Parameter(torch.cat([q, *kv]).float(), requires_grad=False)
+
+    replaced = []
+    try:
+        for j, layer in enumerate(layers):
+            proj = layer.self_attn.qkv_proj
+            # The CPU build keeps an empty placeholder after repacking.
+            assert proj.weight.numel() == 0
+            name = f"{built.ref.prefix}layers.{j}.self_attn."
+            for suffix in ("weight", "bias"):
+                if getattr(proj, suffix, None) is not None:
+                    replaced.append((proj, suffix, getattr(proj, suffix)))
+                    setattr(proj, suffix, doubled_kv(name, suffix))
+        step.store_context()
+    finally:
+        for proj, suffix, original in replaced:
+            setattr(proj, suffix, original)
+    for j, kv_cache in enumerate(step.caches):
+        head_dim = layers[j].self_attn.head_dim
+        for r, L in enumerate(step.context_lens):
+            positions = torch.arange(L)
+            k, v = read_cache(kv_cache, step.table, r, positions, head_dim)
+            want_k, want_v = built.ref.context_kv(j, step.c_ref[r], positions)
+            torch.testing.assert_close(k.double(), 2 * want_k, atol=ATOL, rtol=ATOL)
+            torch.testing.assert_close(v.double(), 2 * want_v, atol=ATOL, rtol=ATOL)
+
+
 def test_context_kv_skips_padding_slots_and_dummy_runs(built: Built):
     step = DraftStep(built, context_lens=[5])
     c = step.c_ref[0].float()

@@ -15,8 +15,9 @@ The math is in ``docs/dspark.md``; the model that assembles them is
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from vllm.config import CacheConfig
-from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.layers.linear import ReplicatedLinear, UnquantizedLinearMethod
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.models.utils import maybe_prefix
 
@@ -174,19 +175,39 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
     def context_kv(
         self, states: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``K = RoPE(c Wk (+bk))``, ``V = c Wv (+bv)`` for context features.
-
-        Runs the layer's own fused projection and drops Q: it works for every
-        quantization method and for CPU's packed weights, and the context rows
-        are few next to the target's own work on them.
-        """
-        qkv, _ = self.qkv_proj(states)
-        kv = qkv[:, self.q_size :]
-        k, v = kv.split([self.kv_size, self.kv_size], dim=-1)
+        """``K = RoPE(c Wk (+bk))``, ``V = c Wv (+bv)`` for context features."""
+        k, v = self._context_kv_rows(states).split([self.kv_size, self.kv_size], -1)
         k = k.contiguous()
         # RoPE on K only (vLLM's rotary ops take key=None); in place on k.
         k, _ = self.rotary_emb(positions, k, None)
         return k, v.contiguous()
+
+    def _context_kv_rows(self, states: torch.Tensor) -> torch.Tensor:
+        """``[T, 2 * kv_size]``: the K and V columns of ``qkv_proj`` for ``states``.
+
+        Every prompt token passes through here once, so skipping Q (two thirds
+        of the fused projection at 4 query heads per KV head) matters for long
+        prompts. A plain weight matrix is multiplied by its K/V rows only;
+        quantised weights and the CPU build's repacked ones (which keep no
+        plain ``weight``) run the whole fused projection and drop Q.
+        """
+        proj = self.qkv_proj
+        weight = getattr(proj, "weight", None)
+        plain = (
+            isinstance(getattr(proj, "quant_method", None), UnquantizedLinearMethod)
+            and isinstance(weight, torch.Tensor)
+            and weight.dim() == 2
+            and weight.shape[0] == self.q_size + 2 * self.kv_size
+            and weight.device == states.device
+        )
+        if not plain:
+            return proj(states)[0][:, self.q_size :]
+        bias = getattr(proj, "bias", None)
+        return F.linear(
+            states,
+            weight[self.q_size :],
+            None if bias is None else bias[self.q_size :],
+        )
 
     def store_kv(
         self,
