@@ -346,6 +346,32 @@ CASES = [
         W + "<arg_key>city</arg_key></tool_call>",
         abandoned=["get_weather"],
     ),
+    # A role token or <|endoftext|> ends the assistant turn: it and all that
+    # follows are neither content nor calls (docs/tool_parser.md).
+    Case("role_token_ends_the_turn", "Hi<|user|>more", "Hi"),
+    Case("end_of_text_ends_the_turn", "Done.<|endoftext|><|endoftext|>", "Done."),
+    Case("turn_ends_at_the_first_of_several", "a<|system|>b<|user|>c", "a"),
+    Case(
+        "call_before_observation_token_counts_the_one_after_not",
+        W
+        + CITY_PARIS
+        + "</tool_call><|observation|>\n<tool_response>sunny</tool_response>"
+        + W
+        + "<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
+        None,
+        [("get_weather", '{"city": "Paris"}')],
+    ),
+    Case(
+        "role_token_inside_a_call_cuts_it_off",
+        W + "<arg_key>city</arg_key><arg_value>Par<|assistant|>is</arg_value>",
+        W + "<arg_key>city</arg_key><arg_value>Par",
+        abandoned=["get_weather"],
+    ),
+    Case(
+        "role_token_lookalikes_are_content",
+        "a <|use b <|user| c |user|> <user> <|endoftext",
+        "a <|use b <|user| c |user|> <user> <|endoftext",
+    ),
 ]
 
 

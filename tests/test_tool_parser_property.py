@@ -335,3 +335,46 @@ def test_scanner_events_do_not_depend_on_chunking(output, cuts):
         assert (index, name) in started
         assert arguments[index] == call_arguments
         assert_arguments_object(call_arguments)
+
+
+# -- turn-ending tokens ------------------------------------------------------------
+
+TURN_TOKENS = [
+    "<|endoftext|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+]
+turn_outputs = st.lists(
+    st.one_of(
+        st.sampled_from(PIECES),
+        st.sampled_from(TURN_TOKENS),
+        st.sampled_from([t[:k] for t in TURN_TOKENS for k in (1, 2, 4, len(t) - 1)]),
+        st.text(max_size=6),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@SETTINGS
+@given(output=turn_outputs, cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_output_ends_at_the_first_turn_token_in_both_modes(output, cuts):
+    """A role token or <|endoftext|> ends the turn: the result is that of the
+    text before the first one, streamed (any chunking) or not."""
+    found = [i for t in TURN_TOKENS if (i := output.find(t)) >= 0]
+    before = output[: min(found)] if found else output
+    request = make_request()
+    result, calls = run_non_streaming(output, request)
+    expected, expected_calls = run_non_streaming(before, request)
+    assert (result.content, calls) == (expected.content, expected_calls)
+    content = result.content or ""
+    assert not any(t in content for t in TURN_TOKENS)
+    for chunks in (chunk_by(output, cuts), list(output) or [""]):
+        stream = run_streaming(chunks, request)
+        if calls and not content.strip():
+            assert stream.content == ""
+        else:
+            assert stream.content == content
+        finished = [(c["name"], c["arguments"]) for c in stream.calls if _closed(c)]
+        assert finished == calls

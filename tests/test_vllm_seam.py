@@ -56,6 +56,7 @@ BREAKAGES = {
         "vllm.model_executor.models.qwen3_dspark.DSparkMarkovHead.embed",
         None,
     ),
+    "chat_parsers": ("vllm.renderers.hf.parse_chat_messages", _two_args),
     "kv_cache_layout": (
         "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",
         lambda self, layer, key, value, kv_cache, slots: None,

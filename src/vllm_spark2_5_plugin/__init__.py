@@ -119,6 +119,10 @@ def _register() -> None:
     if override or parser_owner is None:
         ToolParserManager.register_lazy_module(TOOL_PARSER_NAME, *_TOOL_PARSER)
 
+    from vllm_spark2_5_plugin.tool_parsers.history import check_spark2_5_history
+
+    vllm_seam.check_chat_messages(check_spark2_5_history)
+
     log.info(
         "%s: registered %s -> %s (tested with vLLM %s, running vLLM %s)%s",
         PLUGIN_NAME,

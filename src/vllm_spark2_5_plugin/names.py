@@ -49,6 +49,14 @@ DSPARK_ALIASES: dict[str, str] = {
 
 MARKOV_HEAD_TYPES = ("vanilla", "rnn")
 
+# -- turns ------------------------------------------------------------------------
+
+END_OF_TEXT = "<|endoftext|>"
+#: Role tokens: each starts a turn, so each also ends the one before.
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
+#: What ends an assistant turn (the checkpoint's end-of-sequence ids).
+TURN_END_TOKENS = (END_OF_TEXT, *ROLE_TOKENS)
+
 # -- the tool-call format ---------------------------------------------------------
 
 TOOL_CALL_START = "<tool_call>"

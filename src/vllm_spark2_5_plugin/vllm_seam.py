@@ -276,6 +276,57 @@ def _check_vllm_config_post_init() -> None:
 
 
 # ---------------------------------------------------------------------------
+# Chat rendering
+# ---------------------------------------------------------------------------
+
+_CHAT_PARSERS = ("parse_chat_messages", "parse_chat_messages_async")
+
+
+def check_chat_messages(check: Callable[[Any, Any], None]) -> None:
+    """Run ``check(messages, model_config)`` on a chat request's messages as
+    sent, before vLLM's Transformers renderer parses them (and, in doing so,
+    coerces assistant tool-call arguments that are not JSON objects to ``{}``).
+    An exception from ``check`` fails that request only."""
+    from vllm.renderers import hf
+
+    for name in _CHAT_PARSERS:
+        current = getattr(hf, name)
+        if getattr(current, _WRAPPED, False):
+            continue
+        if inspect.iscoroutinefunction(current):
+
+            @functools.wraps(current)
+            async def wrapper(messages, model_config, *args, _f=current, **kwargs):
+                check(messages, model_config)
+                return await _f(messages, model_config, *args, **kwargs)
+
+        else:
+
+            @functools.wraps(current)
+            def wrapper(messages, model_config, *args, _f=current, **kwargs):
+                check(messages, model_config)
+                return _f(messages, model_config, *args, **kwargs)
+
+        setattr(wrapper, _WRAPPED, True)
+        setattr(hf, name, wrapper)
+
+
+@_hook_point(
+    "vllm.renderers.hf.HfRenderer calls the module-level parse_chat_messages"
+    "(_async)(messages, model_config, ...) before it applies the chat template"
+)
+def _check_chat_parsers() -> None:
+    from vllm.renderers import hf
+
+    source = inspect.getsource(hf.HfRenderer)
+    for name in _CHAT_PARSERS:
+        fn = getattr(hf, name, None)
+        _expect(callable(fn), f"vllm.renderers.hf.{name}")
+        _expect(_params(fn)[:2] == ["messages", "model_config"], f"{name} params")
+        _expect(f"{name}(" in source, f"HfRenderer calls {name}")
+
+
+# ---------------------------------------------------------------------------
 # Attention internals read by the draft's fixed-history layers
 # ---------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """vLLM adapter of the ``spark25`` tool parser (``--tool-call-parser spark25``).
 
-The format and its parsing live in :mod:`.scanner` and :mod:`.values` (pure
-Python); this module only turns scanner events into vLLM's messages. The
+The format and its parsing live in :mod:`.scanner`, :mod:`.values` and
+:mod:`.turns` (where the assistant turn ends; all pure Python); this module
+only turns scanner events into vLLM's messages. The
 parser is hand-written rather than built on vLLM's declarative parser engine
 (the one behind the GLM-4.7 ``glm47`` parser) because
 
@@ -46,6 +47,7 @@ from vllm_spark2_5_plugin.tool_parsers.scanner import (
     Spark25CallScanner,
     is_callable_name,
 )
+from vllm_spark2_5_plugin.tool_parsers.turns import TurnCutter, cut_at_turn_end
 
 
 def _functions(tools: Iterable[Tool] | None) -> Iterator[tuple[str, Any]]:
@@ -101,6 +103,8 @@ class Spark25ToolParser(ToolParser):
         super().__init__(tokenizer, tools)
         self._raw_tools = tools
         self._scanner: Spark25CallScanner | None = None
+        # The output ends at the first turn-ending token (see turns.py).
+        self._cutter = TurnCutter()
         self._passthrough = False
         # Whitespace-only content is held back in streaming (see _stream_content).
         self._held_whitespace = ""
@@ -129,6 +133,7 @@ class Spark25ToolParser(ToolParser):
     def extract_tool_calls(
         self, model_output: str, request: ChatCompletionRequest
     ) -> ExtractedToolCallInformation:
+        model_output = cut_at_turn_end(model_output)
         if self._calls_disabled(request):
             return ExtractedToolCallInformation(
                 tools_called=False, tool_calls=[], content=model_output or None
@@ -167,6 +172,7 @@ class Spark25ToolParser(ToolParser):
     ) -> DeltaMessage | None:
         # Only delta_text is used: vLLM passes the whole output as deltas
         # (engine_based_streaming), and the scanner keeps its own state.
+        delta_text = self._cutter.feed(delta_text)
         if self._scanner is None:
             schemas = self._schemas_for(request)
             self._passthrough = self._calls_disabled(request) or not schemas
@@ -177,9 +183,11 @@ class Spark25ToolParser(ToolParser):
 
     def finish_streaming(self) -> DeltaMessage | None:
         """Called by vLLM once the stream ends: settle held-back text."""
+        rest = self._cutter.finish()
         if self._scanner is None or self._passthrough:
-            return None
-        return self._to_delta(self._scanner.finish(), final=True)
+            return DeltaMessage(content=rest) if rest else None
+        events = self._scanner.feed(rest) + self._scanner.finish()
+        return self._to_delta(events, final=True)
 
     def _stream_content(self, text: str, final: bool) -> str:
         """Content to send now.

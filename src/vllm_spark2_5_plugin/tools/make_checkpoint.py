@@ -47,12 +47,10 @@ from typing import Any
 
 import torch
 
-from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import (
     DRAFT_WEIGHT_PREFIXES,
     FULL,
     SLIDING,
-    TARGET_ARCH,
 )
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     EOS_TOKEN,
@@ -60,6 +58,8 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     TOKENIZER_CORPUS,
     add_checkpoint_arguments,
     build_tokenizer,
+    checkpoint_config,
+    generation_config,
     iter_random_weights,
 )
 
@@ -253,12 +253,12 @@ def build_preset_tokenizer(vocab_size: int, seed: int = 0):
 # -- the checkpoint ------------------------------------------------------------
 
 
-def write_common_files(path: Path, tokenizer, eos_id: int) -> None:
+def write_common_files(path: Path, tokenizer) -> None:
     tokenizer.save_pretrained(path)
     template = resources.files("vllm_spark2_5_plugin").joinpath("chat_template.jinja")
     (path / "chat_template.jinja").write_text(template.read_text(encoding="utf-8"))
     (path / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2) + "\n"
+        json.dumps(generation_config(tokenizer), indent=2) + "\n"
     )
 
 
@@ -317,14 +317,7 @@ def make_checkpoint(
         fields.setdefault(
             "dspark_noise_token_id", tokenizer.convert_tokens_to_ids(NOISE_TOKEN)
         )
-    config = Spark2_5Config(
-        architectures=[TARGET_ARCH],
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        bos_token_id=None,
-        dtype=str(dtype).removeprefix("torch."),
-        **fields,
-    )
+    config = checkpoint_config(fields, eos_id, dtype)
     config.save_pretrained(path)
 
     start = time.perf_counter()
@@ -338,7 +331,7 @@ def make_checkpoint(
     start = time.perf_counter()
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     times["write_s"] = time.perf_counter() - start
-    write_common_files(path, tokenizer, eos_id)
+    write_common_files(path, tokenizer)
 
     raw = json.loads((path / "config.json").read_text())
     counts = parameter_count(raw)

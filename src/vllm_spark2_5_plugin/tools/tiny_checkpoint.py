@@ -28,7 +28,9 @@ from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import (
     DRAFT_WEIGHT_PREFIXES,
     DSPARK_ALIASES,
+    END_OF_TEXT,
     FULL,
+    ROLE_TOKENS,
     SLIDING,
     TARGET_ARCH,
     TOOL_TOKENS,
@@ -36,8 +38,7 @@ from vllm_spark2_5_plugin.names import (
 
 # Special tokens: role markers, end of text, and the tool-call tags (one token
 # each, so the parser sees whole tags, as it would with a real Spark2_5).
-EOS_TOKEN = "<|endoftext|>"
-ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
+EOS_TOKEN = END_OF_TEXT
 NOISE_TOKEN = "<|mask|>"
 SPECIAL_TOKENS = [EOS_TOKEN, *ROLE_TOKENS, *TOOL_TOKENS, NOISE_TOKEN]
 
@@ -105,6 +106,18 @@ def build_tokenizer(vocab_size: int, corpus: Iterable[str] | None = None):
         pad_token=EOS_TOKEN,
         additional_special_tokens=[t for t in SPECIAL_TOKENS if t != EOS_TOKEN],
     )
+
+
+def generation_config(tokenizer) -> dict[str, Any]:
+    """The generation_config.json of a checkpoint with this tokenizer.
+
+    As a real Spark2_5 checkpoint declares it: end of text and every role
+    token are end-of-sequence ids (a role token starts the next turn, so the
+    assistant's turn is over), end of text first; padding is end of text.
+    vLLM stops on all of them and keeps them out of the text.
+    """
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in (EOS_TOKEN, *ROLE_TOKENS)]
+    return {"eos_token_id": eos_ids, "pad_token_id": eos_ids[0]}
 
 
 def _decoder_layer_weights(
@@ -219,6 +232,21 @@ def iter_random_weights(
         yield name, tensor.contiguous()
 
 
+def checkpoint_config(
+    fields: dict[str, Any], eos_id: int, dtype: torch.dtype
+) -> Spark2_5Config:
+    """The config.json of a written checkpoint: the target architecture, the
+    tokenizer's end-of-text token as EOS and padding, ``dtype`` and ``fields``."""
+    return Spark2_5Config(
+        architectures=[TARGET_ARCH],
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        bos_token_id=None,
+        dtype=str(dtype).removeprefix("torch."),
+        **fields,
+    )
+
+
 def make_tiny_checkpoint(
     path: str | Path,
     *,
@@ -258,14 +286,7 @@ def make_tiny_checkpoint(
             **fields,
         }
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    config = Spark2_5Config(
-        architectures=[TARGET_ARCH],
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        bos_token_id=None,
-        dtype=str(dtype).removeprefix("torch."),
-        **fields,
-    )
+    config = checkpoint_config(fields, eos_id, dtype)
     if len(tokenizer) > config.vocab_size:
         raise ValueError(
             f"vocab_size {config.vocab_size} is smaller than the tiny tokenizer "
@@ -282,7 +303,7 @@ def make_tiny_checkpoint(
     template = resources.files("vllm_spark2_5_plugin").joinpath("chat_template.jinja")
     (path / "chat_template.jinja").write_text(template.read_text(encoding="utf-8"))
     (path / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2) + "\n"
+        json.dumps(generation_config(tokenizer), indent=2) + "\n"
     )
     return path
 

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Assistant tool calls whose arguments the template cannot write as key/value
+pairs are refused before vLLM coerces them to ``{}`` (the server-side test is
+``test_server_tool_calls.py::test_history_call_with_non_object_arguments_is_refused``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from vllm.exceptions import VLLMValidationError
+
+from vllm_spark2_5_plugin import vllm_seam
+from vllm_spark2_5_plugin.names import MODEL_TYPE
+from vllm_spark2_5_plugin.tool_parsers.history import (
+    check_spark2_5_history,
+    refuse_unrenderable_tool_calls,
+)
+
+
+def _history(arguments) -> list[dict]:
+    call = {"id": "c1", "type": "function", "function": {"name": "f"}}
+    if arguments is not ...:
+        call["function"]["arguments"] = arguments
+    return [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+
+
+def _model(model_type: str):
+    return SimpleNamespace(hf_config=SimpleNamespace(model_type=model_type))
+
+
+@pytest.mark.parametrize(
+    "arguments, why",
+    [
+        ("not json", "not valid JSON"),
+        ("[1,2]", "JSON of type list"),
+        ("42", "JSON of type int"),
+        ('"a string"', "JSON of type str"),
+        ("1" * 5000, "not valid JSON"),  # past Python's int digit limit
+        (["x"], "a list"),
+    ],
+)
+def test_non_object_arguments_are_refused_naming_the_message(arguments, why):
+    with pytest.raises(VLLMValidationError) as err:
+        refuse_unrenderable_tool_calls(_history(arguments))
+    assert str(err.value).startswith('message 1: the arguments of tool call "f"')
+    assert why in str(err.value)
+    assert err.value.parameter == "messages"
+
+
+@pytest.mark.parametrize("arguments", ['{"a": 1}', " {} ", "", None, {"a": 1}, ...])
+def test_objects_and_absent_arguments_pass(arguments):
+    refuse_unrenderable_tool_calls(_history(arguments))
+
+
+def test_only_spark2_5_models_are_checked():
+    bad = _history("not json")
+    check_spark2_5_history(bad, _model("llama"))  # vLLM's own rule applies
+    with pytest.raises(VLLMValidationError, match="message 1"):
+        check_spark2_5_history(bad, _model(MODEL_TYPE))
+
+
+def test_the_check_runs_before_vllms_renderer_parses_the_messages():
+    """register() wrapped the Transformers renderer's message parser: it now
+    refuses before vLLM would coerce the arguments to {}."""
+    from vllm.renderers import hf
+
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    assert "chat_parsers" in {hook.name for hook in vllm_seam.HOOK_POINTS}
+    with pytest.raises(VLLMValidationError, match="message 1"):
+        hf.parse_chat_messages(_history("[1,2]"), _model(MODEL_TYPE), "string")
