@@ -24,6 +24,19 @@ from vllm_spark2_5_plugin.names import FULL, LAYER_TYPES, MODEL_TYPE, SLIDING
 
 HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
 
+# The model's sizes: positive ints that fix the weight and KV-cache shapes.
+SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "sliding_window",
+)
+
 # RoPE base frequency per layer type when the checkpoint names none.
 DEFAULT_ROPE_THETA = {SLIDING: 10_000.0, FULL: 1_000_000.0}
 
@@ -156,17 +169,7 @@ class Spark2_5Config(PreTrainedConfig):
 
     def _check_fields(self) -> None:
         """Raise ``ValueError`` naming the first field that cannot work."""
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-            "sliding_window",
-        ):
+        for name in SIZE_FIELDS:
             require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(

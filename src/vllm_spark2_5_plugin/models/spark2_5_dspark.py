@@ -166,18 +166,11 @@ class Spark2_5DSparkModel(nn.Module):
                 attn.store_kv(k, v, slots)
 
     def forward(
-        self,
-        input_ids: torch.Tensor | None,
-        positions: torch.Tensor,
-        inputs_embeds: torch.Tensor | None = None,
+        self, positions: torch.Tensor, hidden_states: torch.Tensor
     ) -> torch.Tensor:
+        """The draft layers and the final norm over the embedded block."""
         # One forward per draft step, before the sequential Markov calls.
         self.markov_head.reset_state()
-        hidden_states = (
-            inputs_embeds
-            if inputs_embeds is not None
-            else self.embed_input_ids(input_ids)
-        )
         residual = None
         for layer in self.layers:
             hidden_states, residual = layer(positions, hidden_states, residual)
@@ -259,7 +252,9 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         **_: Any,
     ) -> torch.Tensor:
         """Block hidden states after the final norm, ``rmsnorm(x, norm)``."""
-        return self.model(input_ids, positions, inputs_embeds)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_input_ids(input_ids)
+        return self.model(positions, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         if self.lm_head is None:

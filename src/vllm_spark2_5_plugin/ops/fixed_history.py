@@ -22,7 +22,6 @@ from vllm_spark2_5_plugin.ops.fixed_history_launch import (
     PagedKV,
     interpreting,
     launch_kernel,
-    plan_launch,
 )
 from vllm_spark2_5_plugin.ops.limits import (
     unsupported_dtype_reason,
@@ -111,24 +110,9 @@ def fixed_history_attention(
     """
     check_tensors(q, k_cache, v_cache, out)
     window = check_window(sliding_window)
-    num_reqs = check_metadata(q, block_table, context_lens, query_start_loc)
+    check_metadata(q, block_table, context_lens, query_start_loc)
     scale = _check_kernel_inputs(q, k_cache, v_cache, scale)
     if out is None:
         out = torch.empty_like(q)
-    num_tokens, num_heads, head_dim = q.shape
-    _, page_size, num_kv_heads, _ = k_cache.shape
-    if num_tokens == 0 or num_reqs == 0 or num_heads == 0:
-        return out
-    if plan is None:
-        plan = plan_launch(
-            num_tokens=num_tokens,
-            num_reqs=num_reqs,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            sliding_window=window,
-            max_kv_len=block_table.shape[1] * page_size,
-            device=q.device,
-        )
     kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc)
     return launch_kernel(q, kv, window, scale, out, plan)

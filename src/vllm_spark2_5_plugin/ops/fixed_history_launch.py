@@ -155,8 +155,8 @@ def plan_launch(
         splits *= 2
     # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch); the
     # persistent grid was tuned on NVIDIA only and needs a single split.
-    asm = asm and torch.version.hip is None
-    if splits > 1 or device.type != "cuda" or torch.version.hip is not None:
+    nvidia = torch.version.hip is None
+    if splits > 1 or device.type != "cuda" or not nvidia:
         persistent = 0
     return LaunchPlan(
         block_q=block_q,
@@ -164,7 +164,7 @@ def plan_launch(
         num_splits=splits,
         num_warps=num_warps,
         num_stages=num_stages,
-        asm_page_load=asm,
+        asm_page_load=asm and nvidia,
         programs_per_sm=persistent,
     )
 
@@ -185,14 +185,28 @@ def launch_kernel(
     window: int | None,
     scale: float,
     out: torch.Tensor,
-    plan: LaunchPlan,
+    plan: LaunchPlan | None = None,
 ) -> torch.Tensor:
-    """Run the kernels with ``plan``; the arguments must already have passed
-    ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
+    """Run the kernels with ``plan`` (``None``: the one :func:`plan_launch`
+    picks for these shapes) and return ``out``; the arguments must already have
+    passed ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
     k_cache, v_cache, block_table, context_lens, query_start_loc = kv
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
+    if num_tokens == 0 or num_reqs == 0 or num_heads == 0:
+        return out
+    if plan is None:
+        plan = plan_launch(
+            num_tokens=num_tokens,
+            num_reqs=num_reqs,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            sliding_window=window,
+            max_kv_len=block_table.shape[1] * page_size,
+            device=q.device,
+        )
     splits = plan.num_splits
     num_items = num_reqs * num_kv_heads * splits
     if num_items > _MAX_ITEMS:

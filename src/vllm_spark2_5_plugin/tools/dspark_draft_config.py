@@ -9,22 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_spark2_5_plugin.names import DSPARK_ALIASES, FULL
+from vllm_spark2_5_plugin.names import DSPARK_ALIASES
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
+from vllm_spark2_5_plugin.references.layers import ReferenceConfig
 
-
-def _rope_per_type(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """RoPE parameters per layer type from any config.json spelling."""
-    defaults = {SLIDING_TYPE: 1e4, FULL: 1e6}
-    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    nested = any(t in params for t in defaults)
-    out = {}
-    for layer_type, theta in defaults.items():
-        entry = dict(params.get(layer_type) or {}) if nested else dict(params)
-        entry.setdefault("rope_type", entry.get("type", "default"))
-        entry.setdefault("rope_theta", raw.get("rope_theta") or theta)
-        out[layer_type] = entry
-    return out
+#: Fields the draft layers share with the target's (its own: sliding window
+#: and layer types).
+_TARGET_FIELDS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "attention_bias",
+    "attention_output_gate",
+    "rope_parameters",
+)
 
 
 def _dspark(raw: dict[str, Any], name: str) -> Any:
@@ -81,18 +82,13 @@ class DraftConfig:
         dspark.update({k: v for k, v in overrides.items() if v is not None})
         dspark["target_layer_ids"] = tuple(sorted(dspark["target_layer_ids"]))
         dspark["layer_types"] = tuple(dspark["layer_types"])
+        # The target's attention/MLP fields, read (with docs/model.md's
+        # defaults) as the reference reads them.
+        target = ReferenceConfig.from_dict(raw)
         return cls(
             vocab_size=raw["vocab_size"],
-            hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"],
-            num_attention_heads=raw["num_attention_heads"],
-            num_key_value_heads=raw["num_key_value_heads"],
-            head_dim=raw["head_dim"],
-            hidden_act=raw.get("hidden_act", "gelu_pytorch_tanh"),
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-            attention_bias=bool(raw.get("attention_bias", False)),
-            attention_output_gate=raw.get("attention_output_gate", True),
-            rope_parameters=_rope_per_type(raw),
+            **{name: getattr(target, name) for name in _TARGET_FIELDS},
             **dspark,
         )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
 from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS, prepare_dir
 
@@ -44,15 +45,7 @@ def write_in_tree(
     shapes = {
         key: raw[key]
         for key in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-            "sliding_window",
+            *SIZE_FIELDS,
             "layer_types",
             "rms_norm_eps",
             "attention_bias",
