@@ -3,7 +3,8 @@
 
 * ``fixed_history_attention(q, k_cache, v_cache, block_table, context_lens,
   query_start_loc, sliding_window, scale, out=None)``: the Triton kernel;
-* ``fixed_history_attention_reference(...)``: the same in plain PyTorch;
+* ``fixed_history_attention_reference(...)``: the same in plain PyTorch
+  (``fixed_history_attention(..., reference=True)``; no Triton needed);
 * ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
   ``fixed_history_attention(..., plan=plan)`` to run with another one);
 * ``sm_count(device)``: the SM count the persistent grid is sized with.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "LaunchPlan": "fixed_history_launch",
     "fixed_history_attention": "fixed_history",
-    "fixed_history_attention_reference": "fixed_history_reference",
+    "fixed_history_attention_reference": "fixed_history",
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
 }
@@ -36,14 +37,12 @@ __all__ = [
 if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history import (
         fixed_history_attention,
+        fixed_history_attention_reference,
     )
     from vllm_spark2_5_plugin.ops.fixed_history_launch import (
         LaunchPlan,
         plan_launch,
         sm_count,
-    )
-    from vllm_spark2_5_plugin.ops.fixed_history_reference import (
-        fixed_history_attention_reference,
     )
 
 

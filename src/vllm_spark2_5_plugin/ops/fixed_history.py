@@ -1,32 +1,36 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention of the DSpark draft block: the public entry.
 
-Checks the inputs, plans the launch and runs the Triton kernel on vLLM's paged
-KV cache in place. Needs only torch and triton, never vLLM. The contract, the
-launch policy and the tests are described in ``docs/kernel.md``.
+Checks the inputs, then runs the Triton kernel on vLLM's paged KV cache in
+place (planning the launch), or with ``reference=True`` the plain-PyTorch
+reference. Needs torch, and triton for the kernel only (imported on first
+use); never vLLM. The contract, the launch policy and the tests are described
+in ``docs/kernel.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from vllm_spark2_5_plugin.ops.fixed_history_checks import (
+    PagedKV,
     check_metadata,
     check_tensors,
     check_window,
-)
-from vllm_spark2_5_plugin.ops.fixed_history_launch import (
-    LaunchPlan,
-    PagedKV,
     interpreting,
-    launch_kernel,
 )
+from vllm_spark2_5_plugin.ops.fixed_history_reference import attend_reference
 from vllm_spark2_5_plugin.ops.limits import (
     unsupported_dtype_reason,
     unsupported_head_dim_reason,
 )
+
+if TYPE_CHECKING:
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import LaunchPlan
 
 
 def _check_kernel_inputs(q, k_cache, v_cache, scale) -> float:
@@ -77,6 +81,7 @@ def fixed_history_attention(
     out: torch.Tensor | None = None,
     *,
     plan: LaunchPlan | None = None,
+    reference: bool = False,
 ) -> torch.Tensor:
     """Attention of each request's draft block over a fixed key window.
 
@@ -98,6 +103,10 @@ def fixed_history_attention(
         out: optional ``[T, nH, D]`` output with ``q``'s dtype and device.
         plan: the launch configuration; ``None`` (the default) uses the one
             :func:`plan_launch` picks for these shapes and this device.
+        reference: compute with the plain-PyTorch reference instead of the
+            kernel (``fixed_history_attention_reference``): any floating
+            dtype (float32 math, float64 for float64 inputs) on any device,
+            with a Python loop over requests; ``plan`` is ignored.
 
     Returns:
         ``out`` (allocated when not given). Rows owned by no request are left
@@ -111,8 +120,21 @@ def fixed_history_attention(
     check_tensors(q, k_cache, v_cache, out)
     window = check_window(sliding_window)
     check_metadata(q, block_table, context_lens, query_start_loc)
-    scale = _check_kernel_inputs(q, k_cache, v_cache, scale)
+    if not reference:
+        scale = _check_kernel_inputs(q, k_cache, v_cache, scale)
     if out is None:
         out = torch.empty_like(q)
     kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc)
+    if reference:
+        return attend_reference(q, kv, window, scale, out)
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import launch_kernel
+
     return launch_kernel(q, kv, window, scale, out, plan)
+
+
+#: ``fixed_history_attention(..., reference=True)``: same arguments, same
+#: result, plain PyTorch (no Triton); the tests' ground truth in float64 and
+#: the draft's path on CPU.
+fixed_history_attention_reference = functools.partial(
+    fixed_history_attention, reference=True
+)

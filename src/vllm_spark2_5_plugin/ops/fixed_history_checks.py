@@ -8,6 +8,8 @@ is imported: none of these needs a device-to-host sync.
 from __future__ import annotations
 
 import operator
+import os
+from typing import NamedTuple
 
 import torch
 
@@ -117,3 +119,18 @@ def check_tensors(q, k_cache, v_cache, out) -> None:
                 f"device {q.device}; got shape {tuple(out.shape)}, dtype "
                 f"{out.dtype}, device {out.device}"
             )
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class PagedKV(NamedTuple):
+    """The paged cache and the per-request metadata one launch reads."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_table: torch.Tensor
+    context_lens: torch.Tensor
+    query_start_loc: torch.Tensor

@@ -11,11 +11,10 @@ kernels for a given :class:`LaunchPlan`.
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import NamedTuple
 
 import torch
 
+from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV, interpreting
 from vllm_spark2_5_plugin.ops.fixed_history_kernel import (
     combine_splits_kernel,
     fixed_history_kernel,
@@ -66,11 +65,6 @@ class LaunchPlan:
     def tile_rows(self, group: int) -> int:
         """Rows of a tile (BLOCK_M) for ``group`` query heads per KV head."""
         return _tile_rows(self.block_q, group)
-
-
-def interpreting() -> bool:
-    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def sm_count(device: torch.device) -> int:
@@ -167,16 +161,6 @@ def plan_launch(
         asm_page_load=asm and nvidia,
         programs_per_sm=persistent,
     )
-
-
-class PagedKV(NamedTuple):
-    """The paged cache and the per-request metadata one launch reads."""
-
-    k_cache: torch.Tensor
-    v_cache: torch.Tensor
-    block_table: torch.Tensor
-    context_lens: torch.Tensor
-    query_start_loc: torch.Tensor
 
 
 def launch_kernel(

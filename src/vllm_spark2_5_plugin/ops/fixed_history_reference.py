@@ -1,41 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plain PyTorch fixed-history attention: the kernel's reference and its CPU
-path. Needs only torch."""
+path (``fixed_history_attention(..., reference=True)``, also exported as
+``fixed_history_attention_reference``). Needs only torch."""
 
 from __future__ import annotations
 
 import torch
 
-from vllm_spark2_5_plugin.ops.fixed_history_checks import (
-    check_metadata,
-    check_tensors,
-    check_window,
-)
+from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
 
 
-def fixed_history_attention_reference(
+def attend_reference(
     q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    context_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    sliding_window: int | None,
+    kv: PagedKV,
+    window: int | None,
     scale: float,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor,
 ) -> torch.Tensor:
-    """Plain PyTorch version of ``fixed_history_attention``.
+    """Fixed-history attention in plain PyTorch, written into ``out``.
 
-    Same arguments and key window. Accepts any floating dtype (also float32 and
-    float64, which the kernel refuses) and any device; computes in float64 for
-    float64 inputs and float32 otherwise, and returns ``q``'s dtype. Slow (a
-    Python loop over requests, with a host sync): meant for tests and CPU.
+    The arguments are ``fixed_history_attention``'s after its checks
+    (``window``: ``None`` or > 0). Any floating dtype and any device; computes
+    in float64 for float64 inputs and float32 otherwise. Slow (a Python loop
+    over requests, with a host sync): meant for tests and CPU.
     """
-    check_tensors(q, k_cache, v_cache, out)
-    window = check_window(sliding_window)
-    num_reqs = check_metadata(q, block_table, context_lens, query_start_loc)
-    if out is None:
-        out = torch.empty_like(q)
+    k_cache, v_cache, block_table, context_lens, query_start_loc = kv
+    num_reqs = context_lens.shape[0]
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     num_heads = q.shape[1]
     _, page_size, num_kv_heads, _ = k_cache.shape
