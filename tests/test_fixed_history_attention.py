@@ -640,6 +640,39 @@ if not _IN_CHILD:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["[]"], proc.stdout
 
+    def test_reference_runs_without_triton():
+        """The draft's CPU path needs only torch: with Triton unimportable the
+        reference still runs and matches a hand computation."""
+        code = (
+            "import sys\n"
+            "sys.modules['triton'] = None  # any import of triton now fails\n"
+            "import torch\n"
+            "from vllm_spark2_5_plugin.ops import fixed_history_attention_reference\n"
+            "q = torch.randn(2, 2, 4, dtype=torch.float64)\n"
+            "k = torch.randn(1, 4, 1, 4, dtype=torch.float64)\n"
+            "v = torch.randn(1, 4, 1, 4, dtype=torch.float64)\n"
+            "i32 = dict(dtype=torch.int32)\n"
+            "out = fixed_history_attention_reference(q, k, v, torch.zeros(1, 1, **i32),"
+            " torch.tensor([2], **i32), torch.tensor([0, 2], **i32), None, 0.5)\n"
+            "p = torch.softmax(torch.einsum('bhd,nd->hbn', q, k[0, :, 0]) * 0.5, -1)\n"
+            "want = torch.einsum('hbn,nd->bhd', p, v[0, :, 0])\n"
+            "assert torch.allclose(out, want), (out, want)\n"
+            "print('triton' in sys.modules and sys.modules['triton'] is not None)"
+        )
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["False"], proc.stdout
+
     def test_ops_exports_every_public_name():
         from vllm_spark2_5_plugin.ops import fixed_history_attention
 
