@@ -450,3 +450,35 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
     )
     with pytest.raises(ValueError, match=refusal):
         args.create_engine_config()
+
+
+@pytest.mark.parametrize("layer_types", [[SLIDING, FULL], [FULL]])
+def test_lora_with_dspark_is_refused_at_start_up(
+    registered, dspark_checkpoint, tmp_path, layer_types
+):
+    """Whatever the draft's layers, ``--enable-lora`` and DSpark together are
+    refused before anything loads, naming both settings."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    path = variant(dspark_checkpoint, tmp_path, dspark_layer_types=layer_types)
+    args = EngineArgs(
+        model=str(path),
+        dtype="bfloat16",
+        max_model_len=256,
+        enable_lora=True,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 4},
+    )
+    with pytest.raises(ValueError, match=r"enable_lora=True .* 'dspark'"):
+        args.create_engine_config()
+
+
+def test_lora_without_speculation_passes_the_dspark_check(
+    registered, dspark_checkpoint
+):
+    """The refusal is about the pair: a DSpark checkpoint serves LoRA alone."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    config = EngineArgs(
+        model=str(dspark_checkpoint), max_model_len=256, enable_lora=True
+    ).create_engine_config()
+    assert config.lora_config is not None and config.speculative_config is None

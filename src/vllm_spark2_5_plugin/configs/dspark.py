@@ -309,6 +309,10 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
     reads fp16/bf16 paged caches with power-of-two head sizes. Without this
     check such a setting loads the whole model and then kills the engine in
     its warm-up, with the real reason buried in the engine log.
+
+    LoRA is refused too: vLLM 0.32.0 would run the draft without the adapter
+    and verify with the adapted target, a combination that is not tested for
+    this draft (vLLM runs DSpark on GPUs only; see ``docs/model.md``).
     """
     from vllm_spark2_5_plugin.ops.limits import (
         unsupported_dtype_reason,
@@ -318,6 +322,14 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is None or not is_spark2_5_dspark(spec):
         return
+    if getattr(vllm_config, "lora_config", None) is not None:
+        raise ValueError(
+            "enable_lora=True with speculative_config method 'dspark': the "
+            "Spark2_5 DSpark draft is not supported with LoRA adapters on the "
+            "target (the draft would run without the adapter, and this "
+            "combination is untested). Serve with --enable-lora or with "
+            "--speculative-config, not both"
+        )
     draft_hf = spec.draft_model_config.hf_config
     normalize_dspark_config(draft_hf)
     if SLIDING not in draft_hf.dspark_layer_types:

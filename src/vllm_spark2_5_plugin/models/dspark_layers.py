@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from vllm.config import CacheConfig
 from vllm.model_executor.layers.linear import ReplicatedLinear, UnquantizedLinearMethod
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.models.utils import maybe_prefix
 
 from vllm_spark2_5_plugin import vllm_seam
-from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.models.spark2_5 import (
     Spark2_5Attention,
     Spark2_5DecoderLayer,
+    Spark2_5LayerSpec,
 )
 from vllm_spark2_5_plugin.names import FULL
 
@@ -151,23 +150,8 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
     the tests run this exact code.
     """
 
-    def __init__(
-        self,
-        config: Spark2_5Config,
-        layer_type: str,
-        sliding_window: int,
-        cache_config: CacheConfig | None = None,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
-        super().__init__(
-            config,
-            layer_type,
-            sliding_window,
-            cache_config=cache_config,
-            quant_config=quant_config,
-            prefix=prefix,
-        )
+    def __init__(self, spec: Spark2_5LayerSpec, prefix: str = "") -> None:
+        super().__init__(spec, prefix=prefix)
         self.scale = self.head_dim**-0.5
 
     # -- context K/V -----------------------------------------------------------

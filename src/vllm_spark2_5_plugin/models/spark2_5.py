@@ -8,7 +8,9 @@ MLP; the math is written out in ``docs/model.md``.
 """
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import islice
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -34,6 +36,7 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 from vllm.model_executor.models.interfaces import (
     EagleModelMixin,
     SupportsEagle3,
+    SupportsLoRA,
     SupportsPP,
 )
 from vllm.model_executor.models.utils import (
@@ -104,23 +107,28 @@ class Spark2_5MLP(nn.Module):
         return x
 
 
-class Spark2_5Attention(nn.Module):
-    """GQA self-attention with per-layer-type RoPE and an optional head gate.
+@dataclass(frozen=True)
+class Spark2_5LayerSpec:
+    """What one decoder layer is built from.
 
     ``layer_type`` picks the RoPE parameters and, for sliding layers, the
-    window ``sliding_window`` (a query at t sees keys t-W+1 .. t).
+    window ``sliding_window`` (a query at t sees keys t-W+1 .. t). The target
+    takes both from config.json; the DSpark draft brings its own.
     """
 
-    def __init__(
-        self,
-        config: Spark2_5Config,
-        layer_type: str,
-        sliding_window: int | None,
-        cache_config: CacheConfig | None = None,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
+    config: Spark2_5Config
+    layer_type: str
+    sliding_window: int | None
+    cache_config: CacheConfig | None = None
+    quant_config: QuantizationConfig | None = None
+
+
+class Spark2_5Attention(nn.Module):
+    """GQA self-attention with per-layer-type RoPE and an optional head gate."""
+
+    def __init__(self, spec: Spark2_5LayerSpec, prefix: str = "") -> None:
         super().__init__()
+        config, quant_config = spec.config, spec.quant_config
         tp_size = get_tensor_model_parallel_world_size()
         self.total_num_heads = config.num_attention_heads
         self.total_num_kv_heads = config.num_key_value_heads
@@ -140,8 +148,9 @@ class Spark2_5Attention(nn.Module):
         self.head_dim = config.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.layer_type = layer_type
-        self.sliding_window = sliding_window if layer_type == SLIDING else None
+        self.layer_type = spec.layer_type
+        sliding = spec.layer_type == SLIDING
+        self.sliding_window = spec.sliding_window if sliding else None
 
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
@@ -175,7 +184,7 @@ class Spark2_5Attention(nn.Module):
         self.rotary_emb = get_rope(
             self.head_dim,
             max_position=config.max_position_embeddings,
-            rope_parameters=config.rope_parameters[layer_type],
+            rope_parameters=config.rope_parameters[spec.layer_type],
             is_neox_style=True,
         )
         self.attn = Attention(
@@ -183,7 +192,7 @@ class Spark2_5Attention(nn.Module):
             self.head_dim,
             self.head_dim**-0.5,
             num_kv_heads=self.num_kv_heads,
-            cache_config=cache_config,
+            cache_config=spec.cache_config,
             quant_config=quant_config,
             per_layer_sliding_window=self.sliding_window,
             prefix=f"{prefix}.attn",
@@ -212,30 +221,15 @@ class Spark2_5DecoderLayer(nn.Module):
     # The DSpark draft reuses this layer with its own attention.
     attention_cls: type[Spark2_5Attention] = Spark2_5Attention
 
-    def __init__(
-        self,
-        config: Spark2_5Config,
-        layer_type: str,
-        sliding_window: int | None,
-        *,
-        cache_config: CacheConfig | None = None,
-        quant_config: QuantizationConfig | None = None,
-        prefix: str = "",
-    ) -> None:
+    def __init__(self, spec: Spark2_5LayerSpec, prefix: str = "") -> None:
         super().__init__()
-        self.self_attn = self.attention_cls(
-            config,
-            layer_type,
-            sliding_window,
-            cache_config=cache_config,
-            quant_config=quant_config,
-            prefix=f"{prefix}.self_attn",
-        )
+        config = spec.config
+        self.self_attn = self.attention_cls(spec, prefix=f"{prefix}.self_attn")
         self.mlp = Spark2_5MLP(
             config.hidden_size,
             config.intermediate_size,
             config.hidden_act,
-            quant_config=quant_config,
+            quant_config=spec.quant_config,
             prefix=f"{prefix}.mlp",
         )
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -294,15 +288,14 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
             self.embed_tokens = PPMissingLayer()
 
         def make_layer(prefix: str) -> Spark2_5DecoderLayer:
-            layer_type = config.layer_types[extract_layer_index(prefix)]
-            return Spark2_5DecoderLayer(
+            spec = Spark2_5LayerSpec(
                 config,
-                layer_type,
+                config.layer_types[extract_layer_index(prefix)],
                 config.sliding_window,
-                cache_config=cache_config,
-                quant_config=quant_config,
-                prefix=prefix,
+                cache_config,
+                quant_config,
             )
+            return Spark2_5DecoderLayer(spec, prefix=prefix)
 
         self.start_layer, self.end_layer, self.layers = make_layers(
             config.num_hidden_layers, make_layer, prefix=f"{prefix}.layers"
@@ -375,14 +368,23 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
         return hidden_states
 
 
-class Spark2_5ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):
-    """Spark2_5 causal LM: ``Spark2_5Model`` plus a (possibly tied) LM head."""
+class Spark2_5ForCausalLM(nn.Module, SupportsLoRA, SupportsPP, SupportsEagle3):
+    """Spark2_5 causal LM: ``Spark2_5Model`` plus a (possibly tied) LM head.
+
+    LoRA (``docs/model.md``) applies to every linear layer of the decoder:
+    q/k/v (packed), the head gate ``g_proj``, ``o_proj`` and gate/up/down.
+    """
 
     hf_to_vllm_mapper = Spark2_5Model.hf_to_vllm_mapper
+    # Also how LoRA finds an adapter's q/k/v and gate/up inside the fused layers.
     packed_modules_mapping = {
         "qkv_proj": ["q_proj", "k_proj", "v_proj"],
         "gate_up_proj": ["gate_proj", "up_proj"],
     }
+    # No LoRA on the embedding or LM head: vLLM refuses such adapters at load.
+    embedding_modules: ClassVar[dict[str, str]] = {}
+    # An adapter's DSpark-draft tensors are ignored, like the checkpoint's.
+    lora_skip_prefixes: ClassVar[list[str]] = list(DRAFT_WEIGHT_PREFIXES)
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__()

@@ -51,7 +51,10 @@ from vllm_spark2_5_plugin.models.dspark_layers import (
     Spark2_5DSparkDecoderLayer,
     Spark2_5MarkovHead,
 )
-from vllm_spark2_5_plugin.models.spark2_5 import STACKED_PROJECTIONS
+from vllm_spark2_5_plugin.models.spark2_5 import (
+    STACKED_PROJECTIONS,
+    Spark2_5LayerSpec,
+)
 from vllm_spark2_5_plugin.models.weight_checks import (
     CheckpointFiles,
     LoadPolicy,
@@ -108,11 +111,13 @@ class Spark2_5DSparkModel(nn.Module):
         self.main_norm = RMSNorm(hidden, eps=config.rms_norm_eps)
         self.layers = nn.ModuleList(
             Spark2_5DSparkDecoderLayer(
-                config,
-                layer_type,
-                settings.sliding_window,
-                cache_config=cache_config,
-                quant_config=quant_config,
+                Spark2_5LayerSpec(
+                    config,
+                    layer_type,
+                    settings.sliding_window,
+                    cache_config,
+                    quant_config,
+                ),
                 prefix=maybe_prefix(prefix, f"layers.{start_layer_id + j}"),
             )
             for j, layer_type in enumerate(settings.layer_types)
