@@ -1,0 +1,397 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An FP8 Spark2_5 checkpoint made by llm-compressor, checked on CPU.
+
+``python -m vllm_spark2_5_plugin.tools.quantize_fp8`` runs in its own
+environment (``.venv-llmc``, built by ``tools/llmc-env.sh``: llm-compressor
+pins other compressed-tensors/transformers releases than vLLM). If that
+environment is missing, the first test builds it (about 2 minutes, 1.5 GB);
+if it cannot be built, the tests FAIL: they are never skipped.
+
+Checked here: which tensors are FP8 and which are copied byte for byte (every
+DSpark draft tensor among them), the ``quantization_config``, that the FP8
+weights dequantize to the source within FP8 precision, that vLLM's own
+compressed-tensors matching keeps the draft unquantized, and that vLLM's CPU
+build serves the checkpoint: it computes what the checkpoint means (the
+reference with the same FP8 weights and per-token FP8 activations) and stays
+close to the unquantized model (bounds below, measured values in
+docs/quantization.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from vllm_helpers import LLM_KWARGS, REPO, run_llm
+
+from vllm_spark2_5_plugin.names import FULL, SLIDING
+from vllm_spark2_5_plugin.tools.quantize_fp8 import (
+    dequantize,
+    is_draft,
+    quantized_linear,
+)
+
+LLMC_VENV = Path(os.environ.get("LLMC_VENV", REPO / ".venv-llmc"))
+LLMC_PYTHON = LLMC_VENV / "bin" / "python"
+FP8_MAX = 448.0
+DRAFT_PREFIX = "model.mtp."  # the prefix that looks most like a target name
+DRAFT_LAYER_TYPES = [SLIDING, FULL]
+
+RNG = random.Random(0)
+PROMPTS = [
+    [RNG.randrange(20, 500) for _ in range(RNG.randrange(4, 40))] for _ in range(8)
+]
+MAX_TOKENS = 24
+
+
+def _llmc_ready() -> bool:
+    if not LLMC_PYTHON.is_file():
+        return False
+    probe = subprocess.run(
+        [str(LLMC_PYTHON), "-c", "import llmcompressor, vllm_spark2_5_plugin"],
+        capture_output=True,
+        cwd=REPO,
+    )
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def llmc_python() -> Path:
+    """The llm-compressor environment's python; built when missing."""
+    if not _llmc_ready():
+        start = time.monotonic()
+        built = subprocess.run(
+            ["bash", str(REPO / "tools" / "llmc-env.sh")],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "LLMC_VENV": str(LLMC_VENV)},
+            timeout=1800,
+        )
+        took = time.monotonic() - start
+        if built.returncode != 0 or not _llmc_ready():
+            pytest.fail(
+                f"could not build the llm-compressor environment {LLMC_VENV} with "
+                f"tools/llmc-env.sh (exit {built.returncode}, {took:.0f} s); "
+                f"it needs PyPI. Output:\n{built.stdout[-3000:]}\n"
+                f"{built.stderr[-3000:]}"
+            )
+        print(f"built {LLMC_VENV} in {took:.0f} s")
+    return LLMC_PYTHON
+
+
+@pytest.fixture(scope="module")
+def pair(llmc_python, tmp_path_factory) -> tuple[Path, Path]:
+    """(source fp32 checkpoint with a DSpark draft, its FP8 quantization)."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("fp8")
+    src = make_tiny_checkpoint(
+        root / "src",
+        dspark={"dspark_layer_types": DRAFT_LAYER_TYPES},
+        dspark_prefix=DRAFT_PREFIX,
+    )
+    dst = root / "fp8"
+    run = subprocess.run(
+        [
+            str(llmc_python),
+            "-m",
+            "vllm_spark2_5_plugin.tools.quantize_fp8",
+            str(src),
+            str(dst),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        # This checkout's tool, whichever checkout .venv-llmc was built from.
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=600,
+    )
+    assert run.returncode == 0, f"quantize_fp8 failed:\n{run.stdout}\n{run.stderr}"
+    return src, dst
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    return out
+
+
+def _config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(
+            a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
+        )
+    )
+
+
+# -- the files --------------------------------------------------------------------
+
+
+def test_fp8_tensors_and_scales(pair):
+    src, dst = pair
+    source, out = _tensors(src), _tensors(dst)
+    quantized = sorted(n for n in source if quantized_linear(n))
+    # 7 projections (q, k, v, o, gate, up, down) in each of the 4 target layers.
+    assert len(quantized) == 7 * _config(src)["num_hidden_layers"]
+    for name in quantized:
+        weight = out[name]
+        assert weight.dtype == torch.float8_e4m3fn, name
+        assert weight.shape == source[name].shape, name
+        scale = out[name.removesuffix("weight") + "weight_scale"]
+        # FP8_DYNAMIC: one scale per output channel, no static input scale.
+        assert scale.shape == (weight.shape[0], 1), name
+        assert scale.dtype.is_floating_point and bool((scale > 0).all()), name
+        assert name.removesuffix("weight") + "input_scale" not in out, name
+    expected = set(source) | {
+        n.removesuffix("weight") + "weight_scale" for n in quantized
+    }
+    assert set(out) == expected
+
+
+def test_everything_else_is_copied_byte_for_byte(pair):
+    src, dst = pair
+    source, out = _tensors(src), _tensors(dst)
+    copied = [n for n in source if not quantized_linear(n)]
+    draft = [n for n in source if is_draft(n)]
+    # The whole draft (2 layers, main_proj, norms, Markov head) is among them.
+    assert len(draft) == 5 + 10 * len(DRAFT_LAYER_TYPES)
+    assert set(draft) <= set(copied)
+    for name in (
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        "model.norm.weight",
+        "model.layers.0.self_attn.g_proj.weight",
+        "model.layers.2.input_layernorm.weight",
+    ):
+        assert name in copied
+    different = [n for n in copied if not _same_bytes(out[n], source[n])]
+    assert different == []
+
+
+def test_tokenizer_template_and_generation_config_are_copied(pair):
+    src, dst = pair
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ):
+        assert (dst / name).read_bytes() == (src / name).read_bytes(), name
+
+
+def test_config_has_compressed_tensors_fp8(pair):
+    src, dst = pair
+    source, config = _config(src), _config(dst)
+    q = config.pop("quantization_config")
+    assert config == source  # nothing else changed
+    assert q["quant_method"] == "compressed-tensors"
+    assert q["format"] == "float-quantized"
+    (group,) = q["config_groups"].values()
+    assert group["targets"] == ["Linear"]
+    w, a = group["weights"], group["input_activations"]
+    assert (w["type"], w["num_bits"], w["strategy"], w["dynamic"]) == (
+        "float",
+        8,
+        "channel",
+        False,
+    )
+    assert (a["type"], a["num_bits"], a["strategy"], a["dynamic"]) == (
+        "float",
+        8,
+        "token",
+        True,
+    )
+    assert "lm_head" in q["ignore"]
+
+
+def test_dequantized_weights_are_within_fp8_precision(pair):
+    src, dst = pair
+    source, out = _tensors(src), _tensors(dst)
+    restored = dequantize(out)
+    for name in (n for n in source if quantized_linear(n)):
+        w = source[name].float()
+        scale = out[name.removesuffix("weight") + "weight_scale"].float()
+        # Per-channel absmax scaling: the largest entry of each row maps to 448.
+        torch.testing.assert_close(
+            scale[:, 0], w.abs().amax(dim=1) / FP8_MAX, rtol=1e-6, atol=0
+        )
+        # e4m3 keeps 3 mantissa bits: rounding is within 2^-4 of the value,
+        # and within half the smallest subnormal step (2^-10 * scale) near 0.
+        err = (restored[name].float() - w).abs()
+        bound = torch.maximum(w.abs() * 2.0**-4, scale * 2.0**-10) * (1 + 1e-6)
+        assert bool((err <= bound).all()), (name, float((err / bound).max()))
+        # and it is a real rounding, not a copy
+        assert float(err.max()) > 0, name
+
+
+def test_vllm_keeps_the_draft_and_ignored_layers_unquantized(pair):
+    """vLLM's own compressed-tensors config, read from the written config,
+    applied to the module names vLLM gives the target and the draft."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (  # noqa: E501
+        CompressedTensorsConfig,
+    )
+    from vllm.model_executor.layers.quantization.compressed_tensors.utils import (
+        should_ignore_layer,
+    )
+
+    _, dst = pair
+    q = CompressedTensorsConfig.from_config(_config(dst)["quantization_config"])
+    fused = {
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
+    }
+    n = _config(dst)["num_hidden_layers"]
+    quantized = [
+        f"model.layers.{i}.{m}"
+        for i in range(n)
+        for m in (
+            "self_attn.qkv_proj",
+            "self_attn.o_proj",
+            "mlp.gate_up_proj",
+            "mlp.down_proj",
+        )
+    ]
+    unquantized = ["lm_head", *(f"model.layers.{i}.self_attn.g_proj" for i in range(n))]
+    # The plugin's draft: layers numbered after the target's, and its heads.
+    for j in range(len(DRAFT_LAYER_TYPES)):
+        unquantized += [
+            f"model.layers.{n + j}.{m}"
+            for m in (
+                "self_attn.qkv_proj",
+                "self_attn.g_proj",
+                "self_attn.o_proj",
+                "mlp.gate_up_proj",
+                "mlp.down_proj",
+            )
+        ]
+    unquantized += ["model.main_proj", "model.markov_head.rnn_proj"]
+    for name in quantized:
+        assert not should_ignore_layer(name, q.ignore, fused), name
+    for name in unquantized:
+        assert should_ignore_layer(name, q.ignore, fused), name
+
+
+# -- served by vLLM (CPU build) ---------------------------------------------------
+
+
+def _teacher_forced(model: Path, sequences: list[list[int]]) -> list[list[dict]]:
+    """Per sequence, per position t >= 1: {token id: logprob} of vLLM's
+    prompt logprobs (the top-1 and the sequence's own token)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1)
+    outputs, _ = run_llm(
+        model, sequences, params, **LLM_KWARGS, distributed_executor_backend="uni"
+    )
+    return [
+        [{t: lp.logprob for t, lp in step.items()} for step in out.prompt_logprobs[1:]]
+        for out in outputs
+    ]
+
+
+def _fp8_reference_logprobs(
+    dst: Path, sequences: list[list[int]]
+) -> list[torch.Tensor]:
+    """Log-softmax rows of the reference on the FP8 checkpoint's meaning:
+    dequantized weights, and each quantized projection's input rounded to FP8
+    per token (FP8_DYNAMIC), as vLLM computes it."""
+    from vllm_spark2_5_plugin.references import layers
+    from vllm_spark2_5_plugin.references.layers import read_checkpoint
+    from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
+
+    config, weights = read_checkpoint(dst)
+    fp8_inputs = {n.removesuffix(".weight") for n in weights if quantized_linear(n)}
+    plain = layers.linear
+
+    def linear(x, w, name, bias):
+        if name in fp8_inputs:
+            scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / FP8_MAX
+            q = (x / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+            x = q.to(x.dtype) * scale
+        return plain(x, w, name, bias)
+
+    ref = Spark2_5Reference(config, dequantize(weights), dtype=torch.float32)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(layers, "linear", linear)
+    try:
+        return [torch.log_softmax(ref.logits(s), dim=-1)[:-1] for s in sequences]
+    finally:
+        mp.undo()
+
+
+@pytest.mark.slow
+def test_vllm_cpu_serves_the_fp8_checkpoint_close_to_the_source(pair):
+    """Greedy continuations of the source define the sequences; on them
+    (teacher forcing) vLLM's FP8 model must pick the same next token almost
+    everywhere and give the source's token nearly the same logprob, and it
+    must match the FP8 reference closely."""
+    from vllm_helpers import greedy_generate
+
+    src, dst = pair
+    greedy_src = greedy_generate(src, PROMPTS, MAX_TOKENS, logprobs=1)
+    greedy_fp8 = greedy_generate(dst, PROMPTS, MAX_TOKENS, logprobs=1)
+    sequences = [p + toks for p, (toks, _) in zip(PROMPTS, greedy_src, strict=True)]
+    tf_src = _teacher_forced(src, sequences)
+    tf_fp8 = _teacher_forced(dst, sequences)
+    ref = _fp8_reference_logprobs(dst, sequences)
+
+    agree = ref_agree = 0
+    diffs, ref_diffs = [], []
+    for seq, rows_src, rows_fp8, rows_ref in zip(
+        sequences, tf_src, tf_fp8, ref, strict=True
+    ):
+        for t, (a, b) in enumerate(zip(rows_src, rows_fp8, strict=True)):
+            token = seq[t + 1]
+            top_fp8 = max(b, key=b.get)
+            agree += max(a, key=a.get) == top_fp8
+            diffs.append(abs(a[token] - b[token]))
+            ref_agree += int(rows_ref[t].argmax()) == top_fp8
+            ref_diffs.append(abs(float(rows_ref[t][token]) - b[token]))
+    total = len(diffs)
+    diffs_t, ref_t = torch.tensor(diffs), torch.tensor(ref_diffs)
+    prefix = [
+        next(
+            (i for i, (x, y) in enumerate(zip(s[0], f[0], strict=True)) if x != y),
+            MAX_TOKENS,
+        )
+        for s, f in zip(greedy_src, greedy_fp8, strict=True)
+    ]
+    print(
+        f"\nvLLM CPU, teacher-forced over {total} positions. FP8 vs fp32 source: "
+        f"top-1 agreement {agree / total:.4f}, |dlogprob| of the source's token "
+        f"mean {float(diffs_t.mean()):.4f} max {float(diffs_t.max()):.4f}; greedy "
+        f"identical prefix {sum(prefix)}/{MAX_TOKENS * len(PROMPTS)} tokens "
+        f"(per prompt {prefix}). FP8 vs FP8 reference: top-1 {ref_agree / total:.4f}, "
+        f"|dlogprob| median {float(ref_t.median()):.2e} max {float(ref_t.max()):.4f}"
+    )
+    # vLLM computes what the FP8 checkpoint means: at most positions to float32
+    # rounding; where an activation lands on an FP8 rounding boundary the two
+    # round apart, and the random tiny model amplifies that (measured: top-1
+    # 0.984, median 3e-6, max 0.36).
+    assert ref_agree / total >= 0.97
+    assert float(ref_t.median()) < 1e-4
+    assert float(ref_t.max()) < 0.75
+    # ... and that stays close to the unquantized model (measured: top-1
+    # 0.916, mean 0.20, max 1.19 on this deliberately sensitive random model).
+    assert agree / total >= 0.85
+    assert float(diffs_t.mean()) < 0.3
+    assert float(diffs_t.max()) < 2.0
+    # Greedy decoding keeps the first tokens (the tiny random model has many
+    # near-ties, so long continuations drift apart).
+    assert min(prefix) >= 1
