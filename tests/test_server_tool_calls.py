@@ -335,15 +335,18 @@ def test_truncated_call_is_content_and_streams_the_same_text(server, client):
     assert calls == [("get_weather", '{"city": "Par')]
 
 
-def test_required_tool_choice_parses_native_format(server, client):
-    text, content, calls = ONE_CALL
-    response = client.chat.completions.create(
-        **_request_kwargs("regex", text, server["tag_ids"], tool_choice="required")
-    )
-    message = response.choices[0].message
-    assert [
-        (tc.function.name, tc.function.arguments) for tc in message.tool_calls
-    ] == calls
+def test_required_tool_choice_with_own_structured_output_is_refused(server, client):
+    """A forced call and the request's own grammar cannot both hold: 400
+    naming both (the forced-call grammar itself: tests/test_tool_choice.py)."""
+    import openai
+
+    text, _, _ = ONE_CALL
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            **_request_kwargs("regex", text, server["tag_ids"], tool_choice="required")
+        )
+    message = str(err.value)
+    assert "required" in message and "structured_outputs" in message, message
 
 
 def test_32_concurrent_tool_call_requests(server):

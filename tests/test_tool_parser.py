@@ -572,8 +572,11 @@ def test_adjust_request_keeps_special_tokens_when_tools_are_active(
     assert request.skip_special_tokens is True
     adjusted = make_parser(request).adjust_request(request)
     assert adjusted.skip_special_tokens is expected
-    # No structural tag or JSON schema is forced on the request.
-    assert adjusted.structured_outputs is None
+    # Only a forced call ("required") constrains generation: a structural tag.
+    if tool_choice == "required":
+        assert adjusted.structured_outputs.structural_tag is not None
+    else:
+        assert adjusted.structured_outputs is None
 
 
 def test_adjust_request_without_tools_changes_nothing():

@@ -3,7 +3,12 @@
 
 * :mod:`.values` -- type lookup, value conversion, the arguments-JSON writer;
 * :mod:`.scanner` -- the call scanner state machine and its events;
+* :mod:`.turns` -- where an assistant turn ends;
+* :mod:`.constraints` -- the structural tag that enforces ``tool_choice``
+  "required"/named and ``strict`` schemas (xgrammar's format models);
+* :mod:`.history` -- the 400 for history the template cannot render;
 * :mod:`.spark25` -- ``Spark25ToolParser``, the vLLM adapter.
 
-Only :mod:`.spark25` imports vLLM; importing this package imports nothing.
+:mod:`.spark25` and :mod:`.history` import vLLM; importing this package
+imports nothing.
 """

@@ -14,7 +14,10 @@ parser is hand-written rather than built on vLLM's declarative parser engine
 * it is cheaper: on CPU, 8-20x less time than ``glm47`` non-streaming and
   2-4x less streaming on the same outputs (``benchmarks/tool_parser_cpu.md``).
 
-The full description is in ``docs/tool_parser.md``.
+``adjust_request`` also turns ``tool_choice`` "required" / named and
+``strict`` tools into an xgrammar structural tag (built in
+:mod:`.constraints`), and refuses a forced call combined with the request's
+own structured output. The full description is in ``docs/tool_parser.md``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import vllm.envs as envs
 from vllm.entrypoints.generate.base.protocol import (
     DeltaFunctionCall,
     DeltaMessage,
@@ -30,14 +34,23 @@ from vllm.entrypoints.generate.base.protocol import (
     FunctionCall,
     ToolCall,
 )
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionNamedToolChoiceParam,
+    ChatCompletionRequest,
+)
 from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 from vllm.exceptions import VLLMValidationError
 from vllm.renderers.chat_utils import make_tool_call_id
+from vllm.sampling_params import StructuredOutputsParams
 from vllm.tokenizers import TokenizerLike
 from vllm.tool_parsers.abstract_tool_parser import Tool, ToolParser
 from vllm.tool_parsers.utils import get_function_tools
 
+from vllm_spark2_5_plugin.tool_parsers.constraints import (
+    Mode,
+    ToolSpec,
+    build_structural_tag,
+)
 from vllm_spark2_5_plugin.tool_parsers.scanner import (
     ArgumentsEvent,
     CallEndEvent,
@@ -74,6 +87,113 @@ def tool_schemas(tools: Iterable[Tool] | None) -> dict[str, dict[str, Any]]:
     return schemas
 
 
+def tool_specs(tools: Iterable[Tool] | None) -> list[ToolSpec]:
+    """The request's function tools as the grammar sees them (callable only)."""
+    specs: list[ToolSpec] = []
+    seen: set[str] = set()
+    for tool in get_function_tools(list(tools or ())):
+        function = getattr(tool, "function", tool)
+        name = getattr(function, "name", None)
+        if isinstance(name, str) and is_callable_name(name) and name not in seen:
+            seen.add(name)
+            strict = getattr(function, "strict", None) is True
+            specs.append(ToolSpec(name, getattr(function, "parameters", None), strict))
+    return specs
+
+
+def forced_choice(tool_choice: Any) -> tuple[Mode, str, set[str] | None]:
+    """``(mode, description, allowed names)`` of a request's ``tool_choice``.
+
+    ``mode`` is ``"required"``, ``"forced"`` (one named function) or
+    ``"auto"`` (anything else: ``"auto"``, unset, a custom or hosted tool
+    choice); ``allowed`` is None for "all function tools".
+    """
+    if tool_choice == "required":
+        return "required", '"required"', None
+    if isinstance(tool_choice, ChatCompletionNamedToolChoiceParam):
+        name = tool_choice.function.name
+        return "forced", f"function {name!r}", {name}
+    kind = getattr(tool_choice, "type", None)
+    if kind == "function" and isinstance(getattr(tool_choice, "name", None), str):
+        # Responses API ToolChoiceFunction
+        return "forced", f"function {tool_choice.name!r}", {tool_choice.name}
+    if kind == "allowed_tools":
+        # Responses API ToolChoiceAllowed: {"mode": ..., "tools": [{"name": ...}]}
+        names = {t.get("name") for t in getattr(tool_choice, "tools", None) or () if t}
+        allowed = {n for n in names if isinstance(n, str)}
+        if getattr(tool_choice, "mode", None) == "required":
+            return "required", 'allowed_tools (mode "required")', allowed
+        return "auto", 'allowed_tools (mode "auto")', allowed
+    return "auto", '"auto"', None
+
+
+def own_constraints(request: Any) -> list[str]:
+    """The request's own structured-output fields that constrain decoding."""
+    found: list[str] = []
+    if getattr(request, "structured_outputs", None) is not None:
+        found.append("structured_outputs")
+    response_format = getattr(request, "response_format", None)
+    kind = getattr(response_format, "type", "text")
+    if response_format is not None and kind != "text":
+        found.append(f"response_format ({kind})")
+    text = (
+        getattr(request, "text", None)
+        if isinstance(request, ResponsesRequest)
+        else None
+    )
+    text_format = getattr(text, "format", None)
+    kind = getattr(text_format, "type", "text")
+    if text_format is not None and kind != "text":
+        found.append(f"text.format ({kind})")
+    return found
+
+
+def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> None:
+    """Set the grammar that ``tool_choice`` and ``strict`` tools call for.
+
+    * ``"required"`` / a named function / allowed_tools with mode
+      ``"required"``: the output must be calls of the allowed tools (see
+      :func:`.constraints.build_structural_tag`); a request that also carries
+      its own structured output is refused (400 naming both).
+    * ``"auto"`` with at least one ``strict`` tool: every call the model opens
+      must be valid; a request's own structured output wins (no tool grammar).
+    * otherwise nothing is added.
+
+    ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0`` (vLLM's switch for tool-call
+    grammars) turns all of this off.
+    """
+    if not envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
+        return
+    mode, description, allowed = forced_choice(request.tool_choice)
+    specs = tool_specs(request.tools)
+    if allowed is not None:
+        specs = [spec for spec in specs if spec.name in allowed]
+    if mode == "auto" and not any(spec.strict for spec in specs):
+        return
+    if not specs:
+        raise VLLMValidationError(
+            f"tool_choice {description} needs a function tool to call, "
+            "and the request offers none",
+            parameter="tool_choice",
+        )
+    single_call = getattr(request, "parallel_tool_calls", None) is False
+    tag = build_structural_tag(specs, mode, single_call).model_dump_json()
+    current = getattr(request, "structured_outputs", None)
+    if current is not None and current.structural_tag == tag:
+        return  # adjusted already (the same request adjusted twice)
+    own = own_constraints(request)
+    if own and mode == "auto":
+        return  # the request's own constraint applies; strict is not enforced
+    if own:
+        raise VLLMValidationError(
+            f"tool_choice {description} makes the model call a tool, which "
+            f"cannot be combined with the request's own {' and '.join(own)}: "
+            "send one of them",
+            parameter="tool_choice",
+        )
+    request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
+
+
 def refuse_uncallable_tools(tools: Iterable[Tool] | None) -> None:
     """Raise vLLM's 400 error naming every tool that could never be called."""
     names = [repr(n) for n, _ in _functions(tools) if not is_callable_name(n)]
@@ -88,11 +208,13 @@ def refuse_uncallable_tools(tools: Iterable[Tool] | None) -> None:
 class Spark25ToolParser(ToolParser):
     """vLLM tool parser for Spark2_5 (``--tool-call-parser spark25``)."""
 
-    # Required / named tool_choice fall back to this parser (as "auto"); the
-    # JSON-array path vLLM uses otherwise would never see this format.
+    # Required / named tool_choice are parsed by this parser (in its own
+    # format, which adjust_request constrains); the JSON-array path vLLM uses
+    # otherwise would never see this format.
     supports_required_and_named = False
-    # No xgrammar structural tag: it would force a layout (and replace the
-    # request's own structured outputs) that the model need not follow.
+    # Not vLLM's structural-tag path: adjust_request builds the grammar itself
+    # (constraints.py), so that it follows the chat template's layout and can
+    # refuse a forced call combined with the request's own structured output.
     structural_tag_model = None
     default_tool_strict_level = None
     # Streaming is driven by deltas alone and vLLM calls finish_streaming()
@@ -119,6 +241,8 @@ class Spark25ToolParser(ToolParser):
             refuse_uncallable_tools(request.tools)
             # The tags are special tokens: keep them in the detokenized text.
             request.skip_special_tokens = False
+            # tool_choice "required" / named and strict tools: the grammar.
+            constrain_tool_calls(request)
         return super().adjust_request(request)
 
     def _schemas_for(self, request: Any) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,366 @@
+# SPDX-License-Identifier: Apache-2.0
+"""End to end: ``tool_choice`` "required" / named and ``strict`` tools.
+
+One ``vllm serve`` (CPU, tiny random Spark2_5 checkpoint; the fixture of
+``test_server_tool_calls``) for the module. The random model never writes a
+call by itself, so every call checked here exists only because the parser's
+``adjust_request`` constrained generation (``tool_parsers/constraints.py``):
+
+* "required" and a named function give a parseable call of an allowed tool
+  whose arguments match the tool's schema, streamed and not;
+* "auto" stays unconstrained; with a ``strict`` tool, a call the model opens
+  is a valid one;
+* a forced call combined with the request's own structured output is a 400
+  naming both; "auto" keeps the request's own constraint;
+* a tool name the format cannot call is still refused first.
+
+To let string values end, some requests put a logit bias on the
+``</arg_value>`` token (the random model would otherwise write text until
+``max_tokens``); the bias alone produces no call (see the "auto" test). No
+Lark ``<[N]>`` grammar is used here (xgrammar 0.2.8 caches their token masks
+across grammars that differ only in N).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import test_server_tool_calls as serving
+from test_server_tool_calls import MODEL, _collect_stream, _post_refused
+
+# The module-scoped server fixture of test_server_tool_calls (one server for
+# this module) and its openai client.
+server = serving.server
+client = serving.client
+SLOW = pytest.mark.slow
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": "integer"},
+    },
+    "required": ["city", "days"],
+}
+MODE = {
+    "type": "object",
+    "properties": {
+        "mode": {"type": "string", "enum": ["eco", "boost"]},
+        "on": {"type": "boolean"},
+        "level": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+    "required": ["mode", "on"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {"name": "set_mode", "parameters": MODE, "strict": True},
+    },
+]
+SCHEMAS = {"get_weather": WEATHER, "set_mode": MODE}
+MESSAGES = [{"role": "user", "content": "Paris, 3 days, please."}]
+
+
+def _named(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
+def _kwargs(server, tool_choice, *, bias=("</arg_value>",), **extra) -> dict:
+    ids = server["tag_ids"]
+    return {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "tools": extra.pop("tools", TOOLS),
+        "tool_choice": tool_choice,
+        "temperature": 0.0,
+        "max_tokens": extra.pop("max_tokens", 200),
+        "logit_bias": {str(ids[token]): 100 for token in bias},
+        **extra,
+    }
+
+
+def _run(client, stream: bool, **kwargs) -> tuple[str | None, list, str | None]:
+    """(content, [(name, arguments)], finish reason), streamed or not."""
+    if stream:
+        content, calls, finish, raw = _collect_stream(
+            client.chat.completions.create(**kwargs, stream=True)
+        )
+        assert all(c["id"] for c in raw)
+        return content or None, calls, finish
+    choice = client.chat.completions.create(**kwargs).choices[0]
+    calls = [
+        (tc.function.name, tc.function.arguments)
+        for tc in choice.message.tool_calls or []
+    ]
+    return choice.message.content, calls, choice.finish_reason
+
+
+def _assert_valid_calls(calls: list, allowed: set[str]) -> None:
+    assert calls, "no tool call"
+    for name, arguments in calls:
+        assert name in allowed
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+
+
+STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+
+
+@SLOW
+@STREAM
+def test_required_gives_valid_calls_of_offered_tools(server, client, stream):
+    content, calls, finish = _run(client, stream, **_kwargs(server, "required"))
+    _assert_valid_calls(calls, {"get_weather", "set_mode"})
+    # nothing but calls: no content, and the grammar ended the output
+    assert (content or "", finish) == ("", "tool_calls")
+
+
+@SLOW
+@STREAM
+def test_required_single_call_without_parallel_tool_calls(server, client, stream):
+    kwargs = _kwargs(server, "required", parallel_tool_calls=False)
+    content, calls, finish = _run(client, stream, **kwargs)
+    _assert_valid_calls(calls, {"get_weather", "set_mode"})
+    assert len(calls) == 1
+    assert (content or "", finish) == ("", "tool_calls")
+
+
+@SLOW
+@STREAM
+@pytest.mark.parametrize("name", ["get_weather", "set_mode"])
+def test_named_gives_exactly_one_call_of_that_tool(server, client, stream, name):
+    content, calls, finish = _run(client, stream, **_kwargs(server, _named(name)))
+    _assert_valid_calls(calls, {name})
+    assert len(calls) == 1
+    # vLLM, like OpenAI, ends a named tool choice with "stop"
+    assert (content or "", finish) == ("", "stop")
+
+
+@SLOW
+@STREAM
+def test_named_strict_tool_needs_no_bias(server, client, stream):
+    """A strict tool with bounded values (enum, boolean, integer range): the
+    grammar alone brings the call to its end."""
+    kwargs = _kwargs(server, _named("set_mode"), bias=())
+    content, calls, finish = _run(client, stream, **kwargs)
+    _assert_valid_calls(calls, {"set_mode"})
+    args = json.loads(calls[0][1])
+    assert args["mode"] in ("eco", "boost") and isinstance(args["on"], bool)
+    assert (content or "", len(calls), finish) == ("", 1, "stop")
+
+
+@SLOW
+@STREAM
+def test_auto_is_unconstrained(server, client, stream):
+    """Non-strict tools and "auto": no grammar, so the biased token comes out
+    first, as text, and no call is made."""
+    tools = [TOOLS[0]]
+    kwargs = _kwargs(server, "auto", tools=tools, max_tokens=8)
+    content, calls, finish = _run(client, stream, **kwargs)
+    assert calls == []
+    assert content is not None and content.startswith("</arg_value>")
+    assert finish == "length"
+
+
+@SLOW
+@STREAM
+def test_auto_with_strict_tool_makes_opened_calls_valid(server, client, stream):
+    """A strict tool under "auto": the model (biased to open a call) must
+    complete a valid one."""
+    kwargs = _kwargs(
+        server,
+        "auto",
+        tools=[TOOLS[1]],
+        bias=("<tool_call>",),
+        parallel_tool_calls=False,
+    )
+    content, calls, finish = _run(client, stream, **kwargs)
+    _assert_valid_calls(calls, {"set_mode"})
+    assert len(calls) == 1 and finish == "tool_calls"
+
+
+@SLOW
+def test_auto_keeps_the_requests_own_structured_output(server, client):
+    """A strict tool, "auto" and the request's own regex: the regex applies."""
+    kwargs = _kwargs(
+        server,
+        "auto",
+        bias=(),
+        max_tokens=20,
+        extra_body={"structured_outputs": {"regex": "plain answer"}},
+    )
+    content, calls, _ = _run(client, False, **kwargs)
+    assert (content, calls) == ("plain answer", [])
+
+
+OWN = {
+    "structured_outputs": {"structured_outputs": {"grammar": 'start: "x"'}},
+    "response_format": {"response_format": {"type": "json_object"}},
+}
+
+
+@SLOW
+@SLOW
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("own", sorted(OWN))
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_forced_call_with_own_structured_output_is_refused(server, choice, own, stream):
+    tool_choice = "required" if choice == "required" else _named("set_mode")
+    code, error = _post_refused(
+        server, TOOLS, tool_choice=tool_choice, stream=stream, **OWN[own]
+    )
+    assert code == 400
+    message = error["error"]["message"]
+    assert "tool_choice" in message and own in message
+
+
+@SLOW
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_uncallable_tool_name_is_still_refused(server, choice):
+    bad = {"type": "function", "function": {"name": "a b"}}
+    tool_choice = "required" if choice == "required" else _named("set_mode")
+    code, error = _post_refused(server, [*TOOLS, bad], tool_choice=tool_choice)
+    assert code == 400
+    assert "'a b'" in error["error"]["message"]
+
+
+# -- the grammar and adjust_request, without a server -----------------------------
+
+
+def _request(tool_choice, tools=TOOLS, **extra):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(
+        messages=MESSAGES, model=MODEL, tools=tools, tool_choice=tool_choice, **extra
+    )
+
+
+def _adjusted(request):
+    from vllm_spark2_5_plugin.tool_parsers.spark25 import Spark25ToolParser
+
+    return Spark25ToolParser(None, request.tools).adjust_request(request)
+
+
+@pytest.fixture(scope="module")
+def matcher_for(tiny_checkpoint):
+    """Compile the structural tag ``adjust_request`` sets; returns a function
+    telling whether a whole output is accepted (ends where the grammar may)."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer))
+
+    def accepts(request, output: str) -> bool:
+        tag = _adjusted(request).structured_outputs.structural_tag
+        matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(tag))
+        return matcher.accept_string(output) and matcher.is_completed()
+
+    return accepts
+
+
+W = "<tool_call>get_weather\n"
+M = "<tool_call>set_mode\n"
+
+
+def _pair(key: str, value: str) -> str:
+    return f"<arg_key>{key}</arg_key><arg_value>{value}</arg_value>\n"
+
+
+ECO_ON = _pair("mode", "eco") + _pair("on", "true")
+OUTPUTS = [
+    # (output, required accepts, named set_mode accepts)
+    (W + _pair("city", "Paris") + _pair("days", "3") + "</tool_call>", True, False),
+    (M + ECO_ON + "</tool_call>", True, True),
+    (M + ECO_ON + _pair("level", "9") + "</tool_call>", True, True),
+    (M + ECO_ON + "</tool_call>\n" + M + ECO_ON + "</tool_call>", True, False),
+    (M + ECO_ON + "</tool_call>\n" + W + "</tool_call>", False, False),
+    ("", False, False),  # a call is required
+    ("Sure. " + M + ECO_ON + "</tool_call>", False, False),  # no text
+    (M + ECO_ON + "</tool_call> Done.", False, False),
+    ("<tool_call>nope\n</tool_call>", False, False),  # not an offered tool
+    (W + _pair("city", "Paris") + "</tool_call>", False, False),  # days required
+    (W + _pair("city", "Paris") + _pair("days", "3.5") + "</tool_call>", False, False),
+    (W + _pair("days", "3") + _pair("city", "P") + "</tool_call>", False, False),
+    (
+        W + _pair("city", "a</arg_value>") + _pair("days", "1") + "</tool_call>",
+        False,
+        False,
+    ),
+    (
+        W + _pair("city", "a<|user|>") + _pair("days", "1") + "</tool_call>",
+        False,
+        False,
+    ),
+    (M + _pair("mode", "eco") + ECO_ON + "</tool_call>", False, False),  # repeat
+    (M + _pair("mode", "fast") + _pair("on", "true") + "</tool_call>", False, False),
+    (M + ECO_ON + _pair("level", "10") + "</tool_call>", False, False),  # maximum
+    (M + ECO_ON + _pair("x", "1") + "</tool_call>", False, False),  # undeclared
+    (M + _pair("on", "true") + "</tool_call>", False, False),  # mode required
+]
+
+
+@pytest.mark.parametrize(("output", "required", "named"), OUTPUTS)
+def test_grammar_of_required_and_named(matcher_for, output, required, named):
+    assert matcher_for(_request("required"), output) is required
+    assert matcher_for(_request(_named("set_mode")), output) is named
+
+
+def test_non_strict_tool_values_follow_the_type_only():
+    from vllm_spark2_5_plugin.tool_parsers.constraints import ToolSpec, value_format
+
+    enum = {"type": "string", "enum": ["eco"]}
+    assert value_format(enum, strict=False).type == "any_text"
+    assert value_format(enum, strict=True).type == "const_string"
+    bounded = {"type": "integer", "maximum": 3}
+    assert value_format(bounded, strict=False).json_schema == {"type": "integer"}
+    assert value_format(bounded, strict=True).json_schema == bounded
+    assert ToolSpec("x", None, False).strict is False
+
+
+def test_parallel_tool_calls_false_allows_one_call(matcher_for):
+    request = _request("required", parallel_tool_calls=False)
+    assert matcher_for(request, M + ECO_ON + "</tool_call>")
+    assert not matcher_for(request, (M + ECO_ON + "</tool_call>\n") * 2)
+
+
+def test_auto_with_a_strict_tool_constrains_opened_calls_only(matcher_for):
+    request = _request("auto")
+    assert matcher_for(request, "Just text, <b>no</b> call.")
+    assert matcher_for(request, "Hi " + M + ECO_ON + "</tool_call> bye")
+    assert not matcher_for(request, "Hi " + M + _pair("on", "true") + "</tool_call>")
+
+
+def test_auto_without_strict_tools_adds_nothing():
+    assert _adjusted(_request("auto", tools=TOOLS[:1])).structured_outputs is None
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        {"structured_outputs": {"grammar": 'start: "x"'}},
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
+    ],
+)
+def test_forced_call_with_own_constraint_raises(own):
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match="tool_choice.*required"):
+        _adjusted(_request("required", **own))
+    # "auto" keeps the request's own constraint untouched
+    request = _request("auto", **own)
+    before = request.structured_outputs
+    assert _adjusted(request).structured_outputs is before
+
+
+def test_switch_turns_the_grammar_off(monkeypatch):
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+    request = _request("required", response_format={"type": "json_object"})
+    assert _adjusted(request).structured_outputs is None
