@@ -619,6 +619,21 @@ if not _IN_CHILD:
             assert reason is not None and "float16 or bfloat16" in reason, name
         assert limits.SUPPORTED_DTYPES == ("float16", "bfloat16")
 
+    def _python_with_src(code: str) -> subprocess.CompletedProcess:
+        """Run ``code`` in a fresh interpreter that imports the package from
+        ``src``."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     def test_limits_import_neither_torch_nor_triton():
         code = (
             "import sys\n"
@@ -626,17 +641,7 @@ if not _IN_CHILD:
             "assert limits.unsupported_head_dim_reason(128) is None\n"
             "print(sorted(m for m in ('torch', 'triton', 'vllm') if m in sys.modules))"
         )
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
-        )
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = _python_with_src(code)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["[]"], proc.stdout
 
@@ -659,17 +664,7 @@ if not _IN_CHILD:
             "assert torch.allclose(out, want), (out, want)\n"
             "print('triton' in sys.modules and sys.modules['triton'] is not None)"
         )
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
-        )
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = _python_with_src(code)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["False"], proc.stdout
 

@@ -12,13 +12,7 @@ tolerances.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from test_generation_parity import LOGPROB_ATOL, assert_matches_reference, prompts
-from vllm_helpers import LLM_KWARGS, run_python
+from vllm_helpers import LLM_KWARGS, run_python, vllm_server
 
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -320,12 +314,6 @@ def test_two_adapters_under_tensor_parallelism(tiny_checkpoint, adapters, prompt
         assert_matches_reference(adapters[name][1], [got], [prompt])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def post_json(url: str, body: dict) -> dict:
     request = urllib.request.Request(
         url, json.dumps(body).encode(), {"Content-Type": "application/json"}
@@ -337,44 +325,14 @@ def post_json(url: str, body: dict) -> dict:
 @pytest.fixture
 def lora_server(tiny_checkpoint, adapters, tmp_path):
     """``vllm serve`` with ``--enable-lora --lora-modules first=PATH``."""
-    port = free_port()
-    cmd = [
-        str(Path(sys.executable).with_name("vllm")), "serve", str(tiny_checkpoint),
-        "--host", "127.0.0.1", "--port", str(port),
+    args = [
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
         "--enable-lora", "--max-lora-rank", str(RANK),
         "--lora-modules", f"first={adapters['first'][0]}",
     ]  # fmt: skip
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, log_path.read_text()[-4000:]
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(1.0)
-        yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    with vllm_server(tiny_checkpoint, args, tmp_path / "server.log", env=env) as s:
+        yield s["base"]
 
 
 @pytest.mark.slow

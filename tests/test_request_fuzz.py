@@ -79,22 +79,17 @@ avoid it. ``SEEDED_SAMPLING = False`` leaves the seeds out.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_tool_calls import _free_port, _get, _tail
+from vllm_helpers import http_status, vllm_server
 
 pytestmark = pytest.mark.slow
 
@@ -984,11 +979,8 @@ def fuzz_server(tmp_path_factory):
 
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("spark25-fuzz") / "ckpt")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    port = _free_port()
-    cmd = [
-        str(Path(sys.executable).with_name("vllm")), "serve", str(path),
+    args = [
         "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager",
         "--max-model-len", str(MAX_MODEL_LEN),
         "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
@@ -997,43 +989,12 @@ def fuzz_server(tmp_path_factory):
     # The engine in its own process (conftest.py turns that off for in-process
     # engines): in one process, the API server and the engine share the GIL
     # and the fuzz takes several times as long.
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-    }
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     log_path = tmp_path_factory.mktemp("spark25-fuzz-log") / "server.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed in teardown
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"vllm serve exited ({proc.returncode}):\n{_tail(log_path)}"
-                )
-            try:
-                if _get(base + "/health") == 200:
-                    break
-            except (OSError, urllib.error.URLError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not healthy in time:\n{_tail(log_path)}")
-            time.sleep(1.0)
-        yield {"base": base, "tokenizer": tokenizer, "log": log_path, "proc": proc}
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        log.close()
+    with vllm_server(
+        path, args, log_path, env=env, startup_timeout=STARTUP_TIMEOUT_S
+    ) as served:
+        yield {**served, "tokenizer": tokenizer}
 
 
 def token_ids_of(tokenizer) -> dict[str, int]:
@@ -1066,7 +1027,7 @@ def still_serving(http, server) -> str | None:
     if server["proc"].poll() is not None:
         return f"the server exited ({server['proc'].returncode})"
     try:
-        if _get(server["base"] + "/health") != 200:
+        if http_status(server["base"] + "/health") != 200:
             return "/health is not 200"
         response = http.post("/v1/chat/completions", json=KNOWN_CALL)
         calls = response.json()["choices"][0]["message"]["tool_calls"]

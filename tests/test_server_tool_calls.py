@@ -28,18 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
+from vllm_helpers import http_status, vllm_server
 
 pytestmark = pytest.mark.slow
 
@@ -135,17 +129,6 @@ def lark_for(text: str, tag_ids: dict[str, int]) -> str:
     return "start: " + " ".join(items) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0) -> int:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.status
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from transformers import AutoTokenizer
@@ -155,59 +138,21 @@ def server(tmp_path_factory):
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("spark25-serve") / "ckpt")
     tokenizer = AutoTokenizer.from_pretrained(path)
     tag_ids = {tag: tokenizer.convert_tokens_to_ids(tag) for tag in SPECIAL}
-    port = _free_port()
-    vllm_bin = Path(sys.executable).with_name("vllm")
-    cmd = [
-        str(vllm_bin), "serve", str(path),
+    args = [
         "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port),
         # 1024, not 512: the tool list in the prompt takes ~440 tiny-BPE tokens.
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
         "--enable-auto-tool-choice", "--tool-call-parser", "spark25",
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     log_path = tmp_path_factory.mktemp("spark25-serve-log") / "server.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed in teardown
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"vllm serve exited ({proc.returncode}):\n{_tail(log_path)}"
-                )
-            try:
-                if _get(base + "/health") == 200:
-                    break
-            except (OSError, urllib.error.URLError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not healthy in time:\n{_tail(log_path)}")
-            time.sleep(1.0)
-        yield {
-            "base": base,
-            "tag_ids": tag_ids,
-            "tokenizer": tokenizer,
-            "log": log_path,
-            "proc": proc,
-        }
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        log.close()
-
-
-def _tail(path: Path, lines: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    with vllm_server(
+        path,
+        args,
+        log_path,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        startup_timeout=STARTUP_TIMEOUT_S,
+    ) as served:
+        yield {**served, "tag_ids": tag_ids, "tokenizer": tokenizer}
 
 
 @pytest.fixture(scope="module")
@@ -413,7 +358,7 @@ def _post_refused(
 
 
 def _assert_still_serving(server, client) -> None:
-    assert _get(server["base"] + "/health") == 200
+    assert http_status(server["base"] + "/health") == 200
     text, content, calls = ONE_CALL
     response = client.chat.completions.create(
         **_request_kwargs("regex", text, server["tag_ids"])

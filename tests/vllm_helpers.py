@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -114,3 +115,85 @@ def skip_without_gpu_vllm() -> None:
             "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0",
             allow_module_level=True,
         )
+
+
+# -- `vllm serve` in a subprocess ----------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_status(url: str, timeout: float = 5.0) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def vllm_server(
+    model: str | Path,
+    args: Sequence[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 300.0,
+):
+    """``vllm serve MODEL ARGS`` on a free port of 127.0.0.1, its output in
+    ``log_path``; yields ``{"base", "port", "log", "proc"}`` once /health
+    answers 200, and stops the server's whole process group afterwards.
+    A server that exits or does not come up fails the test with its log."""
+    import signal
+    import time
+    import urllib.error
+
+    import pytest
+
+    port = free_port()
+    cmd = [
+        str(Path(sys.executable).with_name("vllm")), "serve", str(model),
+        "--host", "127.0.0.1", "--port", str(port), *args,
+    ]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"vllm serve exited ({proc.returncode}):\n{log_tail(log_path)}"
+                )
+            try:
+                if http_status(base + "/health") == 200:
+                    break
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not healthy in time:\n{log_tail(log_path)}")
+            time.sleep(1.0)
+        yield {"base": base, "port": port, "log": log_path, "proc": proc}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
