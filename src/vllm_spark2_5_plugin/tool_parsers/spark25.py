@@ -194,6 +194,24 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
     request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
 
 
+def refuse_unparsed_allowed_tools(request: Any) -> None:
+    """400 for a non-streamed Responses request whose ``tool_choice`` is
+    ``allowed_tools``: vLLM 0.32.0 returns that output as text without handing
+    it to the tool parser (``DelegatingParser._extract_tool_calls`` parses
+    calls only for "auto", "required" and a named function), so its calls
+    would arrive as ``output_text``. Streamed requests are parsed."""
+    if not isinstance(request, ResponsesRequest) or request.stream:
+        return
+    if getattr(request.tool_choice, "type", None) == "allowed_tools":
+        raise VLLMValidationError(
+            'tool_choice "allowed_tools" needs "stream": true with this vLLM '
+            "release (0.32.0 does not parse the tool calls of a non-streamed "
+            'allowed_tools response); stream the request, or use "required", '
+            '"auto" or a named function',
+            parameter="tool_choice",
+        )
+
+
 def refuse_uncallable_tools(tools: Iterable[Tool] | None) -> None:
     """Raise vLLM's 400 error naming every tool that could never be called."""
     names = [repr(n) for n, _ in _functions(tools) if not is_callable_name(n)]
@@ -243,6 +261,7 @@ class Spark25ToolParser(ToolParser):
             request.skip_special_tokens = False
             # tool_choice "required" / named and strict tools: the grammar.
             constrain_tool_calls(request)
+            refuse_unparsed_allowed_tools(request)
         return super().adjust_request(request)
 
     def _schemas_for(self, request: Any) -> dict[str, dict[str, Any]]:
