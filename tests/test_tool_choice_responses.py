@@ -34,30 +34,13 @@ import urllib.request
 
 import jsonschema
 import pytest
+from test_tool_choice import MODE, WEATHER
 from vllm_helpers import vllm_server
 
 MODEL = "spark2_5-tiny"
 REQUEST_TIMEOUT_S = 120
 SLOW = pytest.mark.slow
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "days": {"type": "integer"},
-    },
-    "required": ["city", "days"],
-}
-MODE = {
-    "type": "object",
-    "properties": {
-        "mode": {"type": "string", "enum": ["eco", "boost"]},
-        "on": {"type": "boolean"},
-        "level": {"type": "integer", "minimum": 0, "maximum": 9},
-    },
-    "required": ["mode", "on"],
-    "additionalProperties": False,
-}
 # Responses API FunctionTool: name and parameters at the top level.
 TOOLS = [
     {"type": "function", "name": "get_weather", "parameters": WEATHER},
