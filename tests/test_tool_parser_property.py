@@ -125,6 +125,20 @@ def content_after_removing_calls(output: str, content: str, calls: int) -> bool:
     return False
 
 
+def assert_streams_agree(output, cuts, request, content, calls) -> None:
+    """Streamed in the given chunks and one character at a time, ``output``
+    gives the non-streaming ``content`` (empty when only whitespace sits
+    between calls) and exactly its finished ``calls``."""
+    for chunks in (chunk_by(output, cuts), list(output) or [""]):
+        stream = run_streaming(chunks, request)
+        if calls and not content.strip():
+            assert stream.content == ""
+        else:
+            assert stream.content == content
+        finished = [(c["name"], c["arguments"]) for c in stream.calls if _closed(c)]
+        assert finished == calls
+
+
 @SETTINGS
 @given(output=outputs, cuts=st.lists(st.integers(0, 400), max_size=12))
 def test_random_output_never_raises_and_loses_no_text(output, cuts):
@@ -136,14 +150,7 @@ def test_random_output_never_raises_and_loses_no_text(output, cuts):
         assert name in KNOWN
         assert_arguments_object(arguments)
 
-    for chunks in (chunk_by(output, cuts), list(output) or [""]):
-        stream = run_streaming(chunks, request)
-        if calls and not content.strip():
-            assert stream.content == ""
-        else:
-            assert stream.content == content
-        finished = [(c["name"], c["arguments"]) for c in stream.calls if _closed(c)]
-        assert finished == calls
+    assert_streams_agree(output, cuts, request, content, calls)
 
 
 def _closed(call: dict) -> bool:
@@ -370,11 +377,4 @@ def test_output_ends_at_the_first_turn_token_in_both_modes(output, cuts):
     assert (result.content, calls) == (expected.content, expected_calls)
     content = result.content or ""
     assert not any(t in content for t in TURN_TOKENS)
-    for chunks in (chunk_by(output, cuts), list(output) or [""]):
-        stream = run_streaming(chunks, request)
-        if calls and not content.strip():
-            assert stream.content == ""
-        else:
-            assert stream.content == content
-        finished = [(c["name"], c["arguments"]) for c in stream.calls if _closed(c)]
-        assert finished == calls
+    assert_streams_agree(output, cuts, request, content, calls)
