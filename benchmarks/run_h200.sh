@@ -13,6 +13,13 @@
 #   oracle-b    DSpark oracle, every other single-GPU run
 #   oracle-tp2  DSpark oracle at tensor parallel 2 (needs two GPUs)
 #   acceptance  trained draft: vLLM's acceptance vs the references' prediction
+#   lora        LoRA adapters in bf16 vs the merged reference (TP=2 with 2 GPUs)
+#   fp8-ckpt    the llm-compressor FP8 checkpoint vs its bf16 source; needs
+#               SPARK2_5_FP8_PAIR (made on a CPU machine, see tests/test_fp8_gpu.py)
+#   serve-tp2   tiny checkpoint served at tensor parallel 2, with/without DSpark
+#   serve-fp8kv tiny checkpoint served with --kv-cache-dtype fp8, with/without DSpark
+#   profile-c1  where a DSpark step's time goes at concurrency 1, for 3 prompt
+#               lengths (the ~1B "small" preset, random weights)
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage.
@@ -41,6 +48,16 @@ oracle() {  # stage name, pytest -k expression
   tar -czf "$OUT/$1-records.tgz" -C "$dir" . 2>/dev/null
 }
 
+serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64
+  [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
+    --dtype bfloat16 > /dev/null
+  mkdir -p "$OUT/serve-$1"
+  run "serve-$1" python3 benchmarks/bench_serving_matrix.py /tmp/tiny \
+    --work-dir "/tmp/matrix-$1" --report-dir "$OUT/serve-$1" \
+    --modes baseline dspark --shapes decode --concurrencies 1 64 \
+    --max-model-len 2048 --point-seconds 15 --serve-args "$2"
+}
+
 for stage in "$@"; do
   case "$stage" in
     kernel)
@@ -55,6 +72,26 @@ for stage in "$@"; do
     acceptance)
       SPARK2_5_ORACLE_OUT=$OUT run acceptance python3 -m pytest -q -rA -s \
         tests/test_dspark_gpu_acceptance.py
+      ;;
+    lora)
+      SPARK2_5_ORACLE_OUT=$OUT run lora python3 -m pytest -q -rA -s \
+        tests/test_lora_gpu.py
+      ;;
+    fp8-ckpt)
+      SPARK2_5_ORACLE_OUT=$OUT run fp8-ckpt python3 -m pytest -q -rA -s \
+        tests/test_fp8_gpu.py
+      ;;
+    serve-tp2) serve tp2 "--tensor-parallel-size 2" ;;
+    serve-fp8kv) serve fp8kv "--kv-cache-dtype fp8" ;;
+    profile-c1)
+      [ -d /tmp/small ] || run make-small python3 -m \
+        vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      for n in 128 1525 3000; do
+        run "profile-c1-in$n" python3 benchmarks/profile_decode.py /tmp/small \
+          --dspark --concurrency 1 --input-len "$n" --output-len 256 \
+          --phases offline --label "c1-in$n" --out "$OUT" \
+          --log-dir "/tmp/profile-logs-$n"
+      done
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

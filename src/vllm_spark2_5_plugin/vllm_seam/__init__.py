@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one place where the plugin relies on vLLM internals.
+
+vLLM's documented plugin surface is used directly by the rest of the package:
+``ModelRegistry.register_model``, ``ToolParserManager.register_lazy_module``,
+``vllm.logger.init_logger``, the model layers and ``models.interfaces`` /
+``models.utils`` helpers that in-tree models are built from, the ``ToolParser``
+base class, and vLLM's config objects read as plain data.
+
+Everything beyond that lives here, one function per assumption:
+
+* reading vLLM's registries (who registered an architecture, a tool parser or
+  a config class) and writing the config registry;
+* two class-level wrappers: ``SpeculativeConfig.update_arch_`` (to undo the
+  DeepSeek-V4 fallback for Spark2_5 drafts) and ``VllmConfig.__post_init__``
+  (to refuse DSpark settings the draft cannot run, at start-up);
+* the attention internals the draft's fixed-history layers read: the per-layer
+  attention context, the paged metadata fields, the KV-cache layout, the
+  backend's KV write and a layer's fp8 KV-cache dtype and scales;
+* vLLM's DSpark Markov and confidence heads (defined in its Qwen3 DSpark
+  model module).
+
+The package has one module per area (``registries``, ``config_hooks``,
+``attention``, ``dspark``) and ``hooks`` for the checking machinery; callers
+import this package and use the names it re-exports.
+
+Each assumption is also a :class:`HookPoint` in :data:`HOOK_POINTS`;
+:func:`check_hook_points` verifies them all against the running vLLM, so a
+vLLM upgrade that breaks one fails in one place, with one message. vLLM is
+imported lazily: importing this package is free.
+"""
+
+from vllm_spark2_5_plugin.vllm_seam.attention import (
+    KVCacheQuant,
+    PagedAttentionInputs,
+    kv_cache_quant,
+    layer_kv_cache,
+    paged_attention_inputs,
+    split_kv_cache,
+    write_kv_cache,
+)
+from vllm_spark2_5_plugin.vllm_seam.config_hooks import (
+    check_before_vllm_config,
+    check_chat_messages,
+    wrap_speculative_update_arch,
+)
+from vllm_spark2_5_plugin.vllm_seam.dspark import DRAFT_PROTOCOL, dspark_heads
+from vllm_spark2_5_plugin.vllm_seam.hooks import (
+    HOOK_POINTS,
+    HookPoint,
+    VllmSeamError,
+    check_hook_points,
+    require_hook_points,
+)
+from vllm_spark2_5_plugin.vllm_seam.registries import (
+    forget_resolved_tool_parser,
+    register_config_class,
+    registered_config_class,
+    registered_model_module,
+    registered_tool_parser_module,
+)
+
+__all__ = [
+    "DRAFT_PROTOCOL",
+    "HOOK_POINTS",
+    "HookPoint",
+    "KVCacheQuant",
+    "PagedAttentionInputs",
+    "VllmSeamError",
+    "check_before_vllm_config",
+    "check_chat_messages",
+    "check_hook_points",
+    "dspark_heads",
+    "forget_resolved_tool_parser",
+    "kv_cache_quant",
+    "layer_kv_cache",
+    "paged_attention_inputs",
+    "register_config_class",
+    "registered_config_class",
+    "registered_model_module",
+    "registered_tool_parser_module",
+    "require_hook_points",
+    "split_kv_cache",
+    "wrap_speculative_update_arch",
+    "write_kv_cache",
+]

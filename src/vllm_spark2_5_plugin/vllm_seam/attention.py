@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The attention internals the draft's fixed-history layers read and write."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from vllm_spark2_5_plugin.vllm_seam.hooks import expect as _expect
+from vllm_spark2_5_plugin.vllm_seam.hooks import hook_point as _hook_point
+from vllm_spark2_5_plugin.vllm_seam.hooks import params as _params
+
+if TYPE_CHECKING:
+    import torch
+
+
+# ---------------------------------------------------------------------------
+# Attention internals read by the draft's fixed-history layers
+# ---------------------------------------------------------------------------
+
+
+class PagedAttentionInputs(NamedTuple):
+    """What a layer needs to read and write its paged KV cache this step."""
+
+    cache: torch.Tensor  # [blocks, nKV, block_size, 2*D] (see split_kv_cache)
+    block_table: torch.Tensor  # [R, max_blocks] int32
+    seq_lens: torch.Tensor  # [R] int32, context + this step's query tokens
+    query_start_loc: torch.Tensor  # [R + 1] int32
+    slot_mapping: torch.Tensor  # [T] int64, -1 = padding
+
+
+_METADATA_FIELDS = ("block_table", "seq_lens", "query_start_loc", "slot_mapping")
+
+
+def paged_attention_inputs(layer_name: str) -> PagedAttentionInputs | None:
+    """This step's paged-cache inputs of attention layer ``layer_name``.
+
+    ``None`` during profiling and dummy runs, which carry no metadata. Raises
+    ``RuntimeError`` when the layer's backend keeps its metadata in another
+    form (only FlashAttention/Triton-style metadata are understood).
+    """
+    from vllm.model_executor.layers.attention.attention import (
+        get_attention_context,
+    )
+
+    metadata, _, kv_cache, slot_mapping = get_attention_context(layer_name)
+    if metadata is None:
+        return None
+    if not all(hasattr(metadata, f) for f in _METADATA_FIELDS):
+        raise RuntimeError(
+            f"Spark2_5 DSpark sliding draft layers read the paged KV cache through "
+            f"FlashAttention/Triton-style metadata, but the draft's attention "
+            f"backend produced {type(metadata).__name__}; set "
+            '"attention_backend": "FLASH_ATTN" (or "TRITON_ATTN") in '
+            "--speculative-config"
+        )
+    return PagedAttentionInputs(
+        kv_cache,
+        metadata.block_table,
+        metadata.seq_lens,
+        metadata.query_start_loc,
+        metadata.slot_mapping if slot_mapping is None else slot_mapping,
+    )
+
+
+@_hook_point(
+    "get_attention_context(layer_name) -> (metadata, layer, kv_cache, "
+    "slot_mapping); FlashAttention/Triton metadata carry block_table, seq_lens, "
+    "query_start_loc and slot_mapping"
+)
+def _check_attention_context() -> None:
+    from vllm.model_executor.layers.attention.attention import (
+        get_attention_context,
+    )
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadata
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
+
+    _expect(_params(get_attention_context) == ["layer_name"], "one argument")
+    for metadata in (FlashAttentionMetadata, TritonAttentionMetadata):
+        fields = getattr(metadata, "__dataclass_fields__", {})
+        for name in _METADATA_FIELDS:
+            _expect(name in fields, f"{metadata.__name__}.{name}")
+
+
+def split_kv_cache(
+    kv_cache: torch.Tensor, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[blocks, nKV, block_size, 2*D]`` -> K and V as ``[blocks, block_size,
+    nKV, D]`` views (any strides), the layout FlashAttention and Triton use."""
+    return kv_cache.transpose(1, 2).split(head_dim, dim=-1)
+
+
+def layer_kv_cache(attn: Any) -> torch.Tensor:
+    """The paged cache vLLM bound to attention layer ``attn``."""
+    return attn.kv_cache
+
+
+def write_kv_cache(
+    attn: Any,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write ``[T, nKV, D]`` keys/values at ``slot_mapping`` with the backend."""
+    attn.impl.do_kv_cache_update(attn, key, value, kv_cache, slot_mapping)
+
+
+class KVCacheQuant(NamedTuple):
+    """How a layer's KV cache is quantized: per-tensor fp8 (e4m3)."""
+
+    dtype: torch.dtype  # what the cache's bytes hold (vLLM allocates uint8)
+    k_scale: torch.Tensor  # float32, one element, on the cache's device
+    v_scale: torch.Tensor
+
+
+#: vLLM ``--kv-cache-dtype`` values whose cache holds fp8 e4m3 bytes with one
+#: scale per layer for K and one for V.
+FP8_E4M3_CACHE_DTYPES = ("fp8", "fp8_e4m3")
+
+
+def kv_cache_quant(attn: Any) -> KVCacheQuant | None:
+    """``None`` when attention layer ``attn`` keeps its cache in the model
+    dtype; for an fp8 e4m3 cache, its byte dtype and the layer's K/V scales
+    (the tensors vLLM's cache writer divides by). Other quantized caches
+    raise ``ValueError``: the DSpark config check refuses them at start-up."""
+    import torch
+
+    cache_dtype = attn.kv_cache_dtype
+    if cache_dtype in FP8_E4M3_CACHE_DTYPES:
+        return KVCacheQuant(torch.float8_e4m3fn, attn._k_scale, attn._v_scale)
+    if cache_dtype in ("auto", "float16", "bfloat16"):
+        return None
+    raise ValueError(
+        f"attention layer {getattr(attn, 'layer_name', '?')} has "
+        f"kv_cache_dtype={cache_dtype}, which the fixed-history kernel cannot "
+        "read; use --kv-cache-dtype auto or fp8_e4m3"
+    )
+
+
+@_hook_point(
+    "Attention keeps its --kv-cache-dtype string in .kv_cache_dtype and "
+    "per-tensor float32 K/V scales in its _k_scale/_v_scale buffers"
+)
+def _check_kv_cache_scales() -> None:
+    from vllm.model_executor.layers.attention import attention
+
+    init = inspect.getsource(attention.Attention.__init__)
+    _expect("self.kv_cache_dtype = kv_cache_dtype" in init, "Attention.kv_cache_dtype")
+    defaults = inspect.getsource(attention.set_default_quant_scales)
+    for name in ("_k_scale", "_v_scale"):
+        _expect(f'register_buffer("{name}"' in defaults, f"buffer {name}")
+
+
+@_hook_point(
+    "FlashAttention/Triton impl.do_kv_cache_update(layer, key, value, kv_cache, "
+    "slot_mapping) over a [blocks, nKV, block_size, 2*D] cache split with "
+    "transpose(1, 2).split(D, -1), quantizing with the layer's _k_scale/_v_scale"
+)
+def _check_kv_cache_layout() -> None:
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionImpl
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    for impl in (FlashAttentionImpl, TritonAttentionImpl):
+        update = impl.do_kv_cache_update
+        params = _params(update)
+        _expect(
+            params == ["self", "layer", "key", "value", "kv_cache", "slot_mapping"],
+            f"{impl.__name__}.do_kv_cache_update{params}",
+        )
+        source = inspect.getsource(update)
+        _expect(
+            "kv_cache.transpose(1, 2).split(self.head_size" in source,
+            f"{impl.__name__} splits K/V with transpose(1, 2).split(head_size, -1)",
+        )
+        _expect(
+            "layer._k_scale" in source and "layer._v_scale" in source,
+            f"{impl.__name__} writes with layer._k_scale/_v_scale",
+        )
