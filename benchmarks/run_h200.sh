@@ -48,13 +48,13 @@ oracle() {  # stage name, pytest -k expression
   tar -czf "$OUT/$1-records.tgz" -C "$dir" . 2>/dev/null
 }
 
-serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64
+serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MODES)
   [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
     --dtype bfloat16 > /dev/null
   mkdir -p "$OUT/serve-$1"
   run "serve-$1" python3 benchmarks/bench_serving_matrix.py /tmp/tiny \
     --work-dir "/tmp/matrix-$1" --report-dir "$OUT/serve-$1" \
-    --modes baseline dspark --shapes decode --concurrencies 1 64 \
+    --modes ${SERVE_MODES:-baseline dspark} --shapes decode --concurrencies 1 64 \
     --max-model-len 2048 --point-seconds 15 --serve-args "$2"
 }
 

@@ -420,14 +420,16 @@ V1_REFUSAL = "Model Runner V1 does not support: dspark speculative decoding"
     [
         ({"dtype": "float32"}, {}, r"dtype=float32: .* --dtype bfloat16"),
         (
-            {"dtype": "bfloat16", "kv_cache_dtype": "fp8"},
+            {"dtype": "bfloat16", "kv_cache_dtype": "fp8_e5m2"},
             {},
-            r"kv_cache_dtype=fp8: .* --kv-cache-dtype auto",
+            r"kv_cache_dtype=fp8_e5m2: .* --kv-cache-dtype auto or fp8_e4m3",
         ),
         ({"dtype": "bfloat16"}, {"head_dim": 80}, r"head_dim=80: .*power of two"),
         # Settings the draft can run pass our check and reach vLLM's own
         # verdict, which on this CPU build is that DSpark needs a GPU.
         ({"dtype": "bfloat16"}, {}, V1_REFUSAL),
+        ({"dtype": "bfloat16", "kv_cache_dtype": "fp8"}, {}, V1_REFUSAL),
+        ({"dtype": "float16", "kv_cache_dtype": "fp8_e4m3"}, {}, V1_REFUSAL),
         (
             {"dtype": "float32"},
             {"dspark_layer_types": [FULL]},  # no sliding layer, no kernel

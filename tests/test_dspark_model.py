@@ -134,12 +134,15 @@ def built(request, world, tmp_path_factory) -> Built:
 # ---------------------------------------------------------------------------
 
 
-def bind_paged_caches(draft) -> list[torch.Tensor]:
-    """Give every draft layer a zeroed ``[B, nKV, N, 2D]`` cache (LBNHC order)."""
+def bind_paged_caches(draft, dtype=torch.float32) -> list[torch.Tensor]:
+    """Give every draft layer a zeroed ``[B, nKV, N, 2D]`` cache (LBNHC order);
+    ``torch.uint8`` for an fp8 cache, as vLLM allocates one."""
     caches = []
     for layer in draft.model.layers:
         attn = layer.self_attn
-        raw = torch.zeros(NUM_PAGES, PAGE, attn.num_kv_heads, 2 * attn.head_dim)
+        raw = torch.zeros(
+            NUM_PAGES, PAGE, attn.num_kv_heads, 2 * attn.head_dim, dtype=dtype
+        )
         kv_cache = raw.permute(0, 2, 1, 3)  # logical view, physical block-major
         attn.attn.bind_kv_cache(kv_cache)
         caches.append(kv_cache)
@@ -180,11 +183,17 @@ def split_aux(aux: torch.Tensor, n: int) -> list[torch.Tensor]:
 class DraftStep:
     """One DSpark draft step for several requests, as the speculator runs it."""
 
-    def __init__(self, built: Built, context_lens: list[int], seed: int = 0):
+    def __init__(
+        self,
+        built: Built,
+        context_lens: list[int],
+        seed: int = 0,
+        cache_dtype: torch.dtype = torch.float32,
+    ):
         self.built = built
         self.draft = built.draft
         self.context_lens = context_lens
-        self.caches = bind_paged_caches(self.draft)
+        self.caches = bind_paged_caches(self.draft, cache_dtype)
         self.table = block_tables(context_lens)
         n_aux = len(self.draft.settings.target_layer_ids)
         # Per request: its target aux states and combined features c.
@@ -514,6 +523,60 @@ def test_cuda_graph_padding_requests_leave_real_requests_exact(built: Built):
     real_rows = 2 * BLOCK
     torch.testing.assert_close(padded[:real_rows], plain, atol=0, rtol=0)
     assert torch.isfinite(padded[real_rows:]).all()
+
+
+@pytest.fixture
+def fp8_kv_cache(built: Built, monkeypatch):
+    """Every draft layer set up as vLLM does for ``--kv-cache-dtype fp8``;
+    yields a function that sets the K and V scales of every layer."""
+    layers = [layer.self_attn.attn for layer in built.draft.model.layers]
+    for attn in layers:
+        monkeypatch.setattr(attn, "kv_cache_dtype", "fp8")
+
+    def set_scales(k_scale: float, v_scale: float) -> None:
+        for attn in layers:
+            attn._k_scale.fill_(k_scale)
+            attn._v_scale.fill_(v_scale)
+
+    yield set_scales
+    set_scales(1.0, 1.0)
+
+
+def test_fp8_kv_cache_stores_scaled_bytes_and_reads_them_back(
+    built: Built, fp8_kv_cache
+):
+    """With an fp8 cache the context and block K/V are stored as fp8 bytes of
+    ``K / k_scale`` and ``V / v_scale`` and read back times the scales: the
+    block's hidden states stay within fp8 rounding of the reference for any
+    scales (a writer or reader that drops a scale is off by the scale)."""
+    anchors = [3, 101]
+    errors = {}
+    for k_scale, v_scale in ((1.0, 1.0), (0.05, 0.02), (4.0, 3.0)):
+        fp8_kv_cache(k_scale, v_scale)
+        step = DraftStep(built, context_lens=[7, 22], cache_dtype=torch.uint8)
+        step.store_context()
+        hidden = step.forward([step.block(a) for a in anchors]).double()
+        want = torch.cat(
+            [
+                built.ref.block_hidden(c, step.block(a))
+                for c, a in zip(step.c_ref, anchors, strict=True)
+            ]
+        )
+        errors[k_scale] = float((hidden - want).abs().max() / want.abs().max())
+        # The stored bytes are the scaled keys in fp8.
+        attn = built.draft.model.layers[0].self_attn
+        k_bytes, _ = read_cache(
+            step.caches[0], step.table, 1, torch.arange(22), attn.head_dim
+        )
+        with torch.inference_mode():
+            c = built.draft.combine_hidden_states(torch.cat(step.aux))
+            k_true, _ = attn.context_kv(c[7:29], torch.arange(22))
+        k_read = k_bytes.view(torch.float8_e4m3fn).double() * k_scale
+        k_true = k_true.view_as(k_read).double()
+        assert (k_read - k_true).abs().max() <= 0.07 * k_true.abs().max()
+    # fp8 e4m3 keeps 3 mantissa bits: a few percent, whatever the scales.
+    assert max(errors.values()) < 0.05, errors
+    assert min(errors.values()) > 1e-4, errors  # the cache really is fp8
 
 
 def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):

@@ -16,6 +16,12 @@ Three groups, all through the public API of ``vllm_spark2_5_plugin.ops``:
 * CUDA (skipped without a GPU): realistic shapes, fp16 and bf16, head dims
   32..256, GQA 1..8, CUDA-graph replay.
 
+fp8 (e4m3) caches run in the first and third groups too (q in fp16 under the
+interpreter, which loads and converts float8_e4m3fn; fp16 and bf16 on CUDA):
+their ground truth is the float64 reference on the caches dequantized by the
+test itself (``k8.double() * k_scale``), with scales far from 1 and different
+for K and V so that a forgotten or swapped scale fails.
+
 Every kernel check compares with the reference evaluated in float64 on fresh
 random inputs, poisons ``out`` with NaN first, and builds K/V as vLLM 0.32.0
 does: ``kv_cache.transpose(1, 2).split(D, -1)`` of a per-layer
@@ -25,6 +31,7 @@ Only torch, triton, pytest and the standard library are imported.
 
 from __future__ import annotations
 
+import fractions
 import os
 import random
 import subprocess
@@ -76,8 +83,21 @@ def _fresh_seed() -> int:
     return random.SystemRandom().randrange(2**31)
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32, as a float32 scale tensor holds it."""
+    return torch.tensor(x, dtype=torch.float32).item()
+
+
 def _make_inputs(
-    case, *, dtype, device, seed, q_gain=1.0, strided_q=False, extra_rows=0
+    case,
+    *,
+    dtype,
+    device,
+    seed,
+    q_gain=1.0,
+    strided_q=False,
+    extra_rows=0,
+    fp8_scales=None,
 ):
     """Random inputs laid out like vLLM 0.32.0's paged cache.
 
@@ -85,6 +105,10 @@ def _make_inputs(
     [num_blocks, block_size, nKV, 2D]; "hnd": physically [num_blocks, nKV,
     block_size, 2D]. Either way the per-layer view is [num_blocks, nKV,
     block_size, 2D] and K/V come from .transpose(1, 2).split(D, -1).
+
+    ``fp8_scales=(k_scale, v_scale)``: the cache is float8_e4m3fn holding
+    ``K / k_scale`` and ``V / v_scale`` (K, V ~ N(0, 1)), quantized like
+    vLLM's cache writes (saturating at +-448); ``dtype`` is then q's only.
     """
     nh, nkv, d, page = case.num_heads, case.num_kv_heads, case.head_dim, case.page_size
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -92,12 +116,19 @@ def _make_inputs(
     spans = [c + b for c, b in zip(case.ctx_lens, case.q_lens, strict=True)]
     max_blocks = max(-(-n // page) for n in spans) + 1
     num_blocks = num_reqs * max_blocks + 5
+    shape = (num_blocks, page, nkv, 2 * d)
+    if case.layout == "hnd":
+        shape = (num_blocks, nkv, page, 2 * d)
+    raw = torch.randn(shape, generator=gen)
+    cache_dtype = dtype
+    if fp8_scales is not None:
+        raw[..., :d] /= fp8_scales[0]
+        raw[..., d:] /= fp8_scales[1]
+        raw = raw.clamp(-448.0, 448.0)
+        cache_dtype = torch.float8_e4m3fn
+    kv_cache = raw.to(cache_dtype).to(device)
     if case.layout == "nhd":
-        raw = torch.randn(num_blocks, page, nkv, 2 * d, generator=gen)
-        kv_cache = raw.to(dtype).to(device).permute(0, 2, 1, 3)
-    else:
-        raw = torch.randn(num_blocks, nkv, page, 2 * d, generator=gen)
-        kv_cache = raw.to(dtype).to(device)
+        kv_cache = kv_cache.permute(0, 2, 1, 3)
     assert kv_cache.shape == (num_blocks, nkv, page, 2 * d)
     k_cache, v_cache = kv_cache.transpose(1, 2).split(d, -1)
     assert not k_cache.is_contiguous()
@@ -122,17 +153,33 @@ def _make_inputs(
     return q, k_cache, v_cache, block_table, context_lens, query_start_loc
 
 
-def _reference_f64(q, k_cache, v_cache, block_table, ctx, qsl, window, scale):
+def _reference_f64(
+    q, k_cache, v_cache, block_table, ctx, qsl, window, scale, fp8_scales=None
+):
+    """The float64 reference; an fp8 cache is dequantized here, by the test
+    (``cache.double() * scale``), not by the reference."""
+    k, v = k_cache.double(), v_cache.double()
+    if fp8_scales is not None:
+        k, v = k * fp8_scales[0], v * fp8_scales[1]
     return ops.fixed_history_attention_reference(
-        q.double(),
-        k_cache.double(),
-        v_cache.double(),
-        block_table,
-        ctx,
-        qsl,
-        window,
-        scale,
+        q.double(), k, v, block_table, ctx, qsl, window, scale
     )
+
+
+def _scale_args(fp8_scales, form, device):
+    """``k_scale``/``v_scale`` keyword arguments in one of the accepted forms:
+    "tensor" (shape [], like vLLM's layer._k_scale), "tensor1" (shape [1]) or
+    "float"."""
+    if fp8_scales is None:
+        return {}
+    if form == "float":
+        values = fp8_scales
+    else:
+        shape = () if form == "tensor" else (1,)
+        values = [
+            torch.full(shape, s, dtype=torch.float32, device=device) for s in fp8_scales
+        ]
+    return dict(zip(("k_scale", "v_scale"), values, strict=True))
 
 
 def _assert_close(out, ref, dtype, rows, what):
@@ -145,28 +192,43 @@ def _assert_close(out, ref, dtype, rows, what):
     assert err < _ABS_TOL[dtype], f"{what}: max abs error {err:.3e}"
 
 
-def _run_and_check(case, *, dtype, device, out_given=True, plan=None, **options):
+def _run_and_check(
+    case,
+    *,
+    dtype,
+    device,
+    out_given=True,
+    plan=None,
+    fp8_scales=None,
+    scale_form="tensor",
+    **options,
+):
     """Runs the kernel (with ``plan`` when given) on fresh random inputs and
     checks it against the float64 reference; padding rows must stay NaN.
-    ``options``: q_gain, strided_q, extra_rows of :func:`_make_inputs`."""
+    ``fp8_scales=(k_scale, v_scale)``: an fp8 cache, the scales passed in
+    ``scale_form`` (see :func:`_scale_args`). ``options``: q_gain, strided_q,
+    extra_rows of :func:`_make_inputs`."""
     seed = _fresh_seed()
-    what = f"seed={seed} {case} {dtype} out_given={out_given} plan={plan} {options}"
+    what = (
+        f"seed={seed} {case} {dtype} out_given={out_given} plan={plan} "
+        f"fp8_scales={fp8_scales} ({scale_form}) {options}"
+    )
+    if fp8_scales is not None:
+        fp8_scales = tuple(_f32(s) for s in fp8_scales)
     q, k, v, bt, ctx, qsl = _make_inputs(
-        case, dtype=dtype, device=device, seed=seed, **options
+        case, dtype=dtype, device=device, seed=seed, fp8_scales=fp8_scales, **options
     )
     extra_rows = options.get("extra_rows", 0)
     window, scale = case.window, case.head_dim**-0.5
-    ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale)
+    ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale, fp8_scales)
+    kwargs = _scale_args(fp8_scales, scale_form, device)
+    if plan is not None:
+        kwargs["plan"] = plan
     if plan is not None or out_given or extra_rows:
         out = torch.full_like(q, float("nan"))
-        if plan is not None:
-            res = ops.fixed_history_attention(
-                q, k, v, bt, ctx, qsl, window, scale, out=out, plan=plan
-            )
-        else:
-            res = ops.fixed_history_attention(
-                q, k, v, bt, ctx, qsl, window, scale, out=out
-            )
+        res = ops.fixed_history_attention(
+            q, k, v, bt, ctx, qsl, window, scale, out=out, **kwargs
+        )
         assert res is out, what
     else:
         # No out=: the result is freshly allocated. Free a NaN-filled block of
@@ -174,7 +236,9 @@ def _run_and_check(case, *, dtype, device, out_given=True, plan=None, **options)
         # the kernel most likely writes into poisoned memory.
         poison = torch.full_like(q, float("nan"))
         del poison
-        out = ops.fixed_history_attention(q, k, v, bt, ctx, qsl, window, scale)
+        out = ops.fixed_history_attention(
+            q, k, v, bt, ctx, qsl, window, scale, **kwargs
+        )
         assert out.shape == q.shape and out.dtype == q.dtype, what
     rows = sum(case.q_lens)
     _assert_close(out, ref, dtype, rows, what)
@@ -319,6 +383,83 @@ if _IN_CHILD:
 
     def test_interp_leaves_padding_rows_untouched():
         _interp_check(Case([10, 4], [2, 3], 6, 2, 1, 32, 4), extra_rows=4)
+
+    # fp8 (e4m3) caches: sliding and full windows, GQA 1 to 8, both layouts,
+    # an empty request; scales far from 1 and different for K and V.
+    _INTERP_FP8_CASES = (
+        "L_above_W_gqa4_hnd",
+        "full_attention_gqa8",
+        "window_1",
+        "empty_request",
+        "d128_gqa1",
+    )
+
+    @pytest.mark.parametrize("scales", [(0.02, 3.0), (3.0, 0.02)])
+    @pytest.mark.parametrize("name", _INTERP_FP8_CASES)
+    def test_interp_fp8_cache_matches_dequantized_reference(name, scales):
+        _interp_check(_INTERP_CASES[name], fp8_scales=scales)
+
+    @pytest.mark.parametrize("scale_form", ["tensor", "tensor1", "float"])
+    @pytest.mark.parametrize("out_given", [True, False])
+    def test_interp_fp8_scale_forms(scale_form, out_given):
+        # 0-d and [1] float32 tensors (read by the kernel) and Python floats.
+        _interp_check(
+            Case([20, 3], [3, 2], 8, 4, 2, 64, 4),
+            fp8_scales=(0.05, 2.5),
+            scale_form=scale_form,
+            out_given=out_given,
+            extra_rows=2,
+        )
+
+    @pytest.mark.parametrize("num_splits", [2, 4])
+    def test_interp_fp8_split_path(num_splits):
+        # Several splits (with 4, some empty) merged by the combine kernel:
+        # v_scale must be applied to every partial.
+        _interp_check(
+            Case([40, 0, 70], [3, 2, 5], 48, 4, 2, 32, 8),
+            plan=_plan(2, 16, num_splits),
+            fp8_scales=(0.02, 3.0),
+            extra_rows=3,
+        )
+
+    @pytest.mark.parametrize("window", [None, 6])
+    def test_interp_fp8_persistent_grid(window):
+        # Persistent grid: each program loops over several items with the
+        # scales loaded once per program.
+        _interp_check(
+            _RAGGED._replace(window=window),
+            plan=_plan(2, 16, programs_per_sm=1),
+            fp8_scales=(3.0, 0.02),
+            extra_rows=3,
+        )
+
+    def test_interp_fp8_scale_tensors_are_read_at_each_launch():
+        # The kernel reads the scale tensors' current values (as a CUDA-graph
+        # replay would after vLLM updates layer._k_scale in place).
+        seed = _fresh_seed()
+        case = Case([12, 5], [2, 3], 6, 4, 2, 32, 4)
+        first = (_f32(0.02), _f32(3.0))
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.float16, device="cpu", seed=seed, fp8_scales=first
+        )
+        scales = _scale_args(first, "tensor", "cpu")
+        for new in (first, (_f32(0.5), _f32(0.125))):
+            scales["k_scale"].fill_(new[0])
+            scales["v_scale"].fill_(new[1])
+            out = ops.fixed_history_attention(
+                q,
+                k,
+                v,
+                bt,
+                ctx,
+                qsl,
+                6,
+                0.2,
+                out=torch.full_like(q, float("nan")),
+                **scales,
+            )
+            ref = _reference_f64(q, k, v, bt, ctx, qsl, 6, 0.2, new)
+            _assert_close(out, ref, torch.float16, 5, f"seed={seed} scales={new}")
 
 else:
 
@@ -522,6 +663,201 @@ if not _IN_CHILD:
         with pytest.raises(RuntimeError, match="needs CUDA tensors"):
             ops.fixed_history_attention(**_good_args())
 
+    @pytest.mark.parametrize("scale_form", ["tensor", "tensor1", "float"])
+    def test_reference_dequantizes_fp8_caches(scale_form):
+        # The reference itself (given fp8 caches and scales) against the
+        # reference on caches dequantized here: a forgotten, swapped or
+        # inverted scale changes the result far beyond the tolerance.
+        seed = _fresh_seed()
+        scales = (_f32(0.02), _f32(3.0))
+        case = Case([0, 9, 17], [2, 4, 3], 5, 4, 2, 16, 4, "hnd")
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.float64, device="cpu", seed=seed, fp8_scales=scales
+        )
+        assert k.dtype == v.dtype == torch.float8_e4m3fn
+        for window in (None, 5):
+            got = ops.fixed_history_attention_reference(
+                q,
+                k,
+                v,
+                bt,
+                ctx,
+                qsl,
+                window,
+                0.3,
+                **_scale_args(scales, scale_form, "cpu"),
+            )
+            want = _reference_f64(q, k, v, bt, ctx, qsl, window, 0.3, scales)
+            torch.testing.assert_close(
+                got, want, rtol=1e-12, atol=1e-12, msg=f"seed={seed} W={window}"
+            )
+
+    def test_reference_fp8_in_float32_for_half_q():
+        # fp16 q with an fp8 cache: the CPU path of a model served with
+        # --kv-cache-dtype fp8 (float32 math, fp16 output).
+        seed = _fresh_seed()
+        scales = (_f32(0.05), _f32(2.0))
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            Case([30, 2], [3, 3], 8, 4, 1, 32, 8),
+            dtype=torch.float16,
+            device="cpu",
+            seed=seed,
+            fp8_scales=scales,
+        )
+        got = ops.fixed_history_attention_reference(
+            q, k, v, bt, ctx, qsl, 8, 0.2, **_scale_args(scales, "tensor", "cpu")
+        )
+        assert got.dtype == torch.float16
+        want = _reference_f64(q, k, v, bt, ctx, qsl, 8, 0.2, scales)
+        _assert_close(got, want, torch.float16, 6, f"seed={seed}")
+
+    def _fp8_args(**over):
+        """Valid fp8 arguments (tensor scales) with ``over`` applied."""
+        scales = (_f32(0.02), _f32(3.0))
+        tensors = _make_inputs(
+            Case([5, 2], [2, 3], 4, 4, 2, 32, 4),
+            dtype=torch.float16,
+            device="cpu",
+            seed=0,
+            fp8_scales=scales,
+        )
+        args = _good_args()
+        args.update(zip(("q", "k_cache", "v_cache"), tensors[:3], strict=True))
+        args.update(_scale_args(scales, "tensor", "cpu"))
+        args.update(over)
+        return args
+
+    def _fp8_refusal_cases():
+        base = _fp8_args()
+        k8, v8 = base["k_cache"], base["v_cache"]
+        k16, v16 = _good_args()["k_cache"], _good_args()["v_cache"]
+        f32 = dict(dtype=torch.float32)
+        return {
+            "no_k_scale": (dict(k_scale=None), TypeError, "k_scale is required"),
+            "no_v_scale": (dict(v_scale=None), TypeError, "v_scale is required"),
+            "k_scale_float64": (
+                dict(k_scale=torch.tensor(0.1, dtype=torch.float64)),
+                TypeError,
+                "k_scale must be a float32 tensor",
+            ),
+            "v_scale_bfloat16": (
+                dict(v_scale=torch.tensor([0.1], dtype=torch.bfloat16)),
+                TypeError,
+                "v_scale must be a float32 tensor",
+            ),
+            "k_scale_two_elements": (
+                dict(k_scale=torch.ones(2, **f32)),
+                ValueError,
+                r"k_scale must hold one element .* got shape \(2,\)",
+            ),
+            "v_scale_empty": (
+                dict(v_scale=torch.ones(0, **f32)),
+                ValueError,
+                "v_scale must hold one element",
+            ),
+            "k_scale_other_device": (
+                dict(k_scale=torch.ones((), device="meta", **f32)),
+                ValueError,
+                "k_scale is on meta but q is on cpu",
+            ),
+            "k_scale_bool": (dict(k_scale=True), TypeError, "k_scale must be"),
+            "v_scale_str": (dict(v_scale="0.1"), TypeError, "v_scale must be .* str"),
+            "k_scale_zero": (
+                dict(k_scale=0.0),
+                ValueError,
+                "k_scale must be finite and positive, got 0.0",
+            ),
+            "v_scale_negative": (
+                dict(v_scale=-2),
+                ValueError,
+                "v_scale must be finite and positive",
+            ),
+            "v_scale_nan": (
+                dict(v_scale=float("nan")),
+                ValueError,
+                "v_scale must be finite",
+            ),
+            "k_fp8_v_half": (
+                dict(v_cache=v16, v_scale=None),
+                TypeError,
+                "k_cache dtype torch.float8_e4m3fn differs from v_cache dtype "
+                "torch.float16",
+            ),
+            "k_half_v_fp8": (
+                dict(k_cache=k16, k_scale=None),
+                TypeError,
+                "k_cache dtype torch.float16 differs from v_cache dtype",
+            ),
+            "e5m2_caches": (
+                dict(
+                    k_cache=k8.to(torch.float8_e5m2), v_cache=v8.to(torch.float8_e5m2)
+                ),
+                TypeError,
+                "k_cache has dtype torch.float8_e5m2: .* --kv-cache-dtype fp8_e4m3",
+            ),
+            "e4m3fnuz_v_cache": (
+                dict(v_cache=v8.to(torch.float8_e4m3fnuz)),
+                TypeError,
+                "v_cache has dtype torch.float8_e4m3fnuz: .*float8_e4m3fn only",
+            ),
+            "uint8_caches": (
+                dict(k_cache=k8.view(torch.uint8), v_cache=v8.view(torch.uint8)),
+                TypeError,
+                r"k_cache has dtype torch.uint8: .*"
+                r"k_cache.view\(torch.float8_e4m3fn\)",
+            ),
+            "scales_with_half_caches": (
+                dict(k_cache=k16, v_cache=v16),
+                TypeError,
+                "k_scale is only for torch.float8_e4m3fn caches; with "
+                "torch.float16 caches pass k_scale=None",
+            ),
+            "v_scale_with_half_caches": (
+                dict(k_cache=k16, v_cache=v16, k_scale=None, v_scale=1.0),
+                TypeError,
+                "v_scale is only for torch.float8_e4m3fn caches",
+            ),
+        }
+
+    @pytest.mark.parametrize("path", ["kernel", "reference"])
+    @pytest.mark.parametrize("case", sorted(_fp8_refusal_cases()))
+    def test_fp8_refusals(case, path):
+        # The same checks guard the kernel and the reference.
+        over, exc, pattern = _fp8_refusal_cases()[case]
+        with pytest.raises(exc, match=pattern):
+            ops.fixed_history_attention(
+                **_fp8_args(**over), reference=path == "reference"
+            )
+
+    @pytest.mark.parametrize("q_dtype", [torch.float32, torch.float64])
+    def test_kernel_refuses_fp8_caches_with_full_precision_q(q_dtype):
+        # The reference runs any q with an fp8 cache; the kernel needs fp16/bf16.
+        args = _fp8_args()
+        args["q"] = args["q"].to(q_dtype)
+        args["out"] = None
+        with pytest.raises(TypeError, match="q has dtype .*float16 or bfloat16"):
+            ops.fixed_history_attention(**args)
+        out = ops.fixed_history_attention_reference(**args)
+        assert out.dtype == q_dtype and torch.isfinite(out[:5]).all()
+
+    @pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+        reason="interpreter runs CPU tensors",
+    )
+    @pytest.mark.parametrize("scale_form", ["tensor", "tensor1", "float", "numbers"])
+    def test_launch_wrapper_accepts_fp8_inputs(scale_form):
+        # Valid fp8 inputs pass every argument check and stop only at the
+        # device check (CPU tensors without the interpreter); the reference
+        # runs them.
+        if scale_form == "numbers":  # any real number, converted with float()
+            args = _fp8_args(k_scale=1, v_scale=fractions.Fraction(3, 2))
+        else:
+            scales = (_f32(0.02), _f32(3.0))
+            args = _fp8_args(**_scale_args(scales, scale_form, "cpu"))
+        with pytest.raises(RuntimeError, match="needs CUDA tensors"):
+            ops.fixed_history_attention(**args)
+        assert torch.isfinite(ops.fixed_history_attention_reference(**args)[:5]).all()
+
     def test_reference_refuses_bad_window_too():
         with pytest.raises(ValueError, match="positive int"):
             ops.fixed_history_attention_reference(**_good_args(sliding_window=0))
@@ -617,7 +953,55 @@ if not _IN_CHILD:
         for name in ("float32", "torch.float64", "float8_e4m3fn", "fp8", "auto"):
             reason = limits.unsupported_dtype_reason(name)
             assert reason is not None and "float16 or bfloat16" in reason, name
+            assert "fp8 e4m3" in reason and "no fp8" not in reason, reason
         assert limits.SUPPORTED_DTYPES == ("float16", "bfloat16")
+
+    @pytest.mark.parametrize(
+        "cache,model",
+        [
+            ("auto", "bfloat16"),
+            ("auto", "float16"),
+            ("bfloat16", "bfloat16"),
+            ("float16", "torch.float16"),
+            ("fp8", "bfloat16"),
+            ("fp8_e4m3", "float16"),
+            ("fp8", "torch.float16"),
+        ],
+    )
+    def test_limits_accept_kv_cache_dtypes(cache, model):
+        assert limits.unsupported_kv_cache_dtype_reason(cache, model) is None
+
+    @pytest.mark.parametrize(
+        "cache,model",
+        [
+            ("fp8_e5m2", "bfloat16"),
+            ("fp8_inc", "bfloat16"),
+            ("fp8_ds_mla", "bfloat16"),
+            ("nvfp4", "float16"),
+            ("fp8_per_token_head", "bfloat16"),
+            ("int8_per_token_head", "bfloat16"),
+            ("turboquant_k8v4", "bfloat16"),
+            ("float16", "bfloat16"),  # mixed precision
+            ("bfloat16", "torch.float16"),
+        ],
+    )
+    def test_limits_refuse_other_kv_cache_dtypes(cache, model):
+        reason = limits.unsupported_kv_cache_dtype_reason(cache, model)
+        assert reason is not None, cache
+        assert "--kv-cache-dtype auto" in reason and "fp8 or fp8_e4m3" in reason
+        assert cache not in reason.replace("fp8 or fp8_e4m3", ""), reason
+
+    def test_limits_kv_cache_dtype_names():
+        assert limits.SUPPORTED_KV_CACHE_DTYPES == (
+            "auto",
+            "float16",
+            "bfloat16",
+            "fp8",
+            "fp8_e4m3",
+        )
+        assert limits.FP8_KV_CACHE_DTYPES == ("fp8", "fp8_e4m3")
+        # The torch dtype the kernel reads those caches as.
+        assert getattr(torch, limits.FP8_CACHE_DTYPE) is torch.float8_e4m3fn
 
     def _python_with_src(code: str) -> subprocess.CompletedProcess:
         """Run ``code`` in a fresh interpreter that imports the package from
@@ -639,6 +1023,10 @@ if not _IN_CHILD:
             "import sys\n"
             "from vllm_spark2_5_plugin.ops import limits\n"
             "assert limits.unsupported_head_dim_reason(128) is None\n"
+            "assert not limits.unsupported_kv_cache_dtype_reason('fp8', 'float16')\n"
+            "from vllm_spark2_5_plugin import ops\n"
+            "assert ops.unsupported_kv_cache_dtype_reason('fp8_e5m2', 'float16')\n"
+            "assert ops.SUPPORTED_KV_CACHE_DTYPES is limits.SUPPORTED_KV_CACHE_DTYPES\n"
             "print(sorted(m for m in ('torch', 'triton', 'vllm') if m in sys.modules))"
         )
         proc = _python_with_src(code)
@@ -662,6 +1050,16 @@ if not _IN_CHILD:
             "p = torch.softmax(torch.einsum('bhd,nd->hbn', q, k[0, :, 0]) * 0.5, -1)\n"
             "want = torch.einsum('hbn,nd->bhd', p, v[0, :, 0])\n"
             "assert torch.allclose(out, want), (out, want)\n"
+            "e4m3 = torch.float8_e4m3fn\n"
+            "k8, v8 = (k / 0.5).to(e4m3), (v / 4).to(e4m3)\n"
+            "out = fixed_history_attention_reference(q, k8, v8,"
+            " torch.zeros(1, 1, **i32), torch.tensor([2], **i32),"
+            " torch.tensor([0, 2], **i32), None, 0.5,"
+            " k_scale=0.5, v_scale=torch.tensor(4.0))\n"
+            "k = k8[0, :, 0].double() * 0.5\n"
+            "p = torch.softmax(torch.einsum('bhd,nd->hbn', q, k) * 0.5, -1)\n"
+            "want = torch.einsum('hbn,nd->bhd', p, v8[0, :, 0].double() * 4)\n"
+            "assert torch.allclose(out, want), (out, want)\n"
             "print('triton' in sys.modules and sys.modules['triton'] is not None)"
         )
         proc = _python_with_src(code)
@@ -675,6 +1073,13 @@ if not _IN_CHILD:
         assert callable(fixed_history_attention)
         for name in ops.__all__:
             assert getattr(ops, name) is not None, name
+        # Every public name of the limits module is exported as itself.
+        public = [n for n in vars(limits) if not n.startswith("_")]
+        public = [n for n in public if n not in ("annotations",)]
+        assert "unsupported_kv_cache_dtype_reason" in public
+        for name in public:
+            assert name in ops.__all__, name
+            assert getattr(ops, name) is getattr(limits, name), name
 
 
 # ---------------------------------------------------------------------------
@@ -887,4 +1292,127 @@ if not _IN_CHILD:
             ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale)
             what = f"seed={seed} {how} graph replay"
             _assert_close(out, ref, torch.bfloat16, rows, what)
+            assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
+
+    # fp8 (e4m3) caches. Scales far from 1 and different for K and V: a
+    # forgotten, swapped or inverted scale fails.
+    _FP8_SCALES = [(0.02, 3.0), (3.0, 0.02)]
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("scales", _FP8_SCALES)
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("name", sorted(_CUDA_CASES))
+    def test_cuda_fp8_cache_matches_float64_reference(name, dtype, scales):
+        _run_and_check(_CUDA_CASES[name], dtype=dtype, device="cuda", fp8_scales=scales)
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("scale_form", ["tensor1", "float"])
+    @pytest.mark.parametrize(
+        "head_dim,group", [(32, 8), (64, 2), (128, 1), (128, 4), (256, 1), (256, 8)]
+    )
+    def test_cuda_fp8_head_dims_and_gqa_ratios(head_dim, group, scale_form):
+        case = Case([0, 37, 1000, 2600], [4, 1, 8, 6], 512, 2 * group, 2, head_dim, 16)
+        _run_and_check(
+            case,
+            dtype=torch.bfloat16,
+            device="cuda",
+            fp8_scales=(0.05, 0.5),
+            scale_form=scale_form,
+            out_given=False,
+        )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("loads", ["pipelined", "unpipelined", "asm_pages"])
+    @pytest.mark.parametrize("num_splits", [1, 2, 8])
+    def test_cuda_fp8_split_path(num_splits, loads):
+        stages = {"pipelined": 3, "unpipelined": 1, "asm_pages": 4}[loads]
+        _run_and_check(
+            Case([5000, 0, 130], [8, 8, 8], 4096, 32, 8, 128, 16),
+            dtype=torch.bfloat16,
+            device="cuda",
+            plan=_plan(
+                8,
+                64,
+                num_splits,
+                num_stages=stages,
+                asm_page_load=loads == "asm_pages",
+            ),
+            fp8_scales=(3.0, 0.02),
+            strided_q=True,
+            extra_rows=2,
+        )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    def test_cuda_fp8_128_row_tiles():
+        # 16 queries x 8 heads per tile, the plan's PTX page-id branch.
+        _run_and_check(
+            Case([3000, 0, 777, 9, 40], [16, 7, 16, 0, 20], 1000, 32, 4, 128, 16),
+            dtype=torch.float16,
+            device="cuda",
+            fp8_scales=(0.02, 3.0),
+            extra_rows=3,
+        )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    def test_cuda_fp8_persistent_graph_replay_follows_new_scales(dtype):
+        """The default (persistent) plan captured with fp8 caches and device
+        scales; replays see new L, q and new scale values written in place."""
+        seed = _fresh_seed()
+        rng = random.Random(seed)
+        num_reqs, nkv, window = 100, 8, 512
+        ctx_lens = [rng.randrange(0, 3000) for _ in range(num_reqs)]
+        ctx_lens[0] = 3000
+        q_lens = [rng.randrange(1, 9) for _ in range(num_reqs)]
+        first = (_f32(0.02), _f32(3.0))
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            Case(ctx_lens, q_lens, window, 32, nkv, 128, 16),
+            dtype=dtype,
+            device="cuda",
+            seed=seed,
+            extra_rows=5,
+            fp8_scales=first,
+        )
+        scales = _scale_args(first, "tensor", "cuda")
+        plan = ops.plan_launch(
+            num_tokens=q.shape[0],
+            num_reqs=num_reqs,
+            num_heads=32,
+            num_kv_heads=nkv,
+            head_dim=128,
+            sliding_window=window,
+            max_kv_len=bt.shape[1] * 16,
+            device=q.device,
+        )
+        assert plan.programs_per_sm == 2 and plan.num_splits == 1, plan
+        scale = 128**-0.5
+        out = torch.full_like(q, float("nan"))
+
+        def call():
+            ops.fixed_history_attention(
+                q, k, v, bt, ctx, qsl, window, scale, out=out, **scales
+            )
+
+        call()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        rows = sum(q_lens)
+        for new_scales in (first, (_f32(0.5), _f32(0.125))):
+            scales["k_scale"].fill_(new_scales[0])
+            scales["v_scale"].fill_(new_scales[1])
+            ctx.copy_(torch.tensor([rng.randrange(0, 3001) for _ in q_lens]))
+            q.normal_()
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale, new_scales)
+            what = f"seed={seed} fp8 graph replay scales={new_scales}"
+            _assert_close(out, ref, dtype, rows, what)
             assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"

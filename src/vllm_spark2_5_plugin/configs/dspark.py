@@ -306,7 +306,8 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
     """Refuse, at start-up, DSpark settings the draft cannot run.
 
     Sliding draft layers attend through the fixed-history Triton kernel, which
-    reads fp16/bf16 paged caches with power-of-two head sizes. Without this
+    runs fp16/bf16 models with power-of-two head sizes over paged caches in
+    the model dtype or fp8 e4m3. Without this
     check such a setting loads the whole model and then kills the engine in
     its warm-up, with the real reason buried in the engine log.
 
@@ -317,6 +318,7 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
     from vllm_spark2_5_plugin.ops.limits import (
         unsupported_dtype_reason,
         unsupported_head_dim_reason,
+        unsupported_kv_cache_dtype_reason,
     )
 
     spec = getattr(vllm_config, "speculative_config", None)
@@ -343,11 +345,12 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
             "float16), or without --speculative-config"
         )
     cache_dtype = getattr(vllm_config.cache_config, "cache_dtype", "auto")
-    if cache_dtype not in ("auto", dtype):
+    reason = unsupported_kv_cache_dtype_reason(cache_dtype, dtype)
+    if reason is not None:
         raise ValueError(
-            f"kv_cache_dtype={cache_dtype}: {kernel}, which reads the KV cache in "
-            f"the model dtype ({dtype}) only: use --kv-cache-dtype auto, or serve "
-            "without --speculative-config"
+            f"kv_cache_dtype={cache_dtype}: {reason}. {kernel}: use "
+            "--kv-cache-dtype auto or fp8_e4m3, or serve without "
+            "--speculative-config"
         )
     reason = unsupported_head_dim_reason(draft_hf.head_dim)
     if reason is not None:

@@ -112,6 +112,7 @@ def store_kv_reference(
     value: torch.Tensor,
     slot_mapping: torch.Tensor,
     head_dim: int,
+    quant: vllm_seam.KVCacheQuant | None = None,
 ) -> None:
     """Write ``key``/``value`` rows into vLLM's paged cache at ``slot_mapping``.
 
@@ -121,8 +122,16 @@ def store_kv_reference(
     like vLLM's writers only the first ``len(slot_mapping)`` rows are used.
     Plain PyTorch (with a host-side mask): the CPU/test path. On CUDA the
     attention backend's own ``do_kv_cache_update`` writes the same layout.
+    With ``quant`` (an fp8 cache) the rows are stored as ``K / k_scale`` and
+    ``V / v_scale`` in fp8, saturated at the format's largest finite value
+    as vLLM's cache writer does.
     """
     k_cache, v_cache = vllm_seam.split_kv_cache(kv_cache, head_dim)
+    if quant is not None:
+        k_cache, v_cache = k_cache.view(quant.dtype), v_cache.view(quant.dtype)
+        fp8_max = torch.finfo(quant.dtype).max
+        key = (key.float() / quant.k_scale.float()).clamp(-fp8_max, fp8_max)
+        value = (value.float() / quant.v_scale.float()).clamp(-fp8_max, fp8_max)
     block_size = k_cache.shape[1]
     num = slot_mapping.shape[0]
     keep = slot_mapping >= 0
@@ -212,7 +221,14 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
                 slot_mapping,
             )
         else:
-            store_kv_reference(kv_cache, key, value, slot_mapping, self.head_dim)
+            store_kv_reference(
+                kv_cache,
+                key,
+                value,
+                slot_mapping,
+                self.head_dim,
+                vllm_seam.kv_cache_quant(self.attn),
+            )
 
     # -- block forward ---------------------------------------------------------
 
@@ -250,6 +266,11 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         # Clamped: FULL-graph padding requests own query rows but no sequence.
         context_lens = (seq_lens - query_start_loc.diff()).clamp(min=0).to(torch.int32)
         k_cache, v_cache = vllm_seam.split_kv_cache(paged.cache, self.head_dim)
+        scales = {}
+        quant = vllm_seam.kv_cache_quant(self.attn)
+        if quant is not None:  # fp8 bytes (vLLM allocates the cache as uint8)
+            k_cache, v_cache = k_cache.view(quant.dtype), v_cache.view(quant.dtype)
+            scales = {"k_scale": quant.k_scale, "v_scale": quant.v_scale}
         attend = (
             fixed_history_attention if q.is_cuda else fixed_history_attention_reference
         )
@@ -263,6 +284,7 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
             self.sliding_window,  # None for full layers
             self.scale,
             out=out,
+            **scales,
         )
         return out.view(num_tokens, -1)
 

@@ -2,21 +2,41 @@
 """Fixed-history attention for the DSpark draft block (see ``docs/kernel.md``).
 
 * ``fixed_history_attention(q, k_cache, v_cache, block_table, context_lens,
-  query_start_loc, sliding_window, scale, out=None)``: the Triton kernel;
+  query_start_loc, sliding_window, scale, out=None, *, plan=None,
+  reference=False, k_scale=None, v_scale=None)``: the Triton kernel, on
+  float16/bfloat16 caches or on float8_e4m3fn caches with their scales;
 * ``fixed_history_attention_reference(...)``: the same in plain PyTorch
   (``fixed_history_attention(..., reference=True)``; no Triton needed);
 * ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
   ``fixed_history_attention(..., plan=plan)`` to run with another one);
-* ``sm_count(device)``: the SM count the persistent grid is sized with.
+* ``sm_count(device)``: the SM count the persistent grid is sized with;
+* what the kernel runs, from ``vllm_spark2_5_plugin.ops.limits`` (pure
+  Python): ``SUPPORTED_DTYPES``, ``SUPPORTED_KV_CACHE_DTYPES``,
+  ``FP8_KV_CACHE_DTYPES``, ``FP8_CACHE_DTYPE``, ``MIN_HEAD_DIM``,
+  ``MAX_HEAD_DIM``, ``unsupported_dtype_reason``,
+  ``unsupported_kv_cache_dtype_reason`` and ``unsupported_head_dim_reason``.
 
 These names load on first use, so that ``vllm_spark2_5_plugin.ops.limits``
-(pure Python) imports neither torch nor triton.
+(pure Python) imports neither torch nor triton, and neither does reading a
+``limits`` name through this package.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+_LIMITS = (
+    "FP8_CACHE_DTYPE",
+    "FP8_KV_CACHE_DTYPES",
+    "MAX_HEAD_DIM",
+    "MIN_HEAD_DIM",
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_KV_CACHE_DTYPES",
+    "unsupported_dtype_reason",
+    "unsupported_head_dim_reason",
+    "unsupported_kv_cache_dtype_reason",
+)
 
 # public name -> submodule defining it
 _EXPORTS = {
@@ -25,13 +45,23 @@ _EXPORTS = {
     "fixed_history_attention_reference": "fixed_history",
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
+    **dict.fromkeys(_LIMITS, "limits"),
 }
 __all__ = [
+    "FP8_CACHE_DTYPE",
+    "FP8_KV_CACHE_DTYPES",
+    "MAX_HEAD_DIM",
+    "MIN_HEAD_DIM",
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_KV_CACHE_DTYPES",
     "LaunchPlan",
     "fixed_history_attention",
     "fixed_history_attention_reference",
     "plan_launch",
     "sm_count",
+    "unsupported_dtype_reason",
+    "unsupported_head_dim_reason",
+    "unsupported_kv_cache_dtype_reason",
 ]
 
 if TYPE_CHECKING:
@@ -43,6 +73,17 @@ if TYPE_CHECKING:
         LaunchPlan,
         plan_launch,
         sm_count,
+    )
+    from vllm_spark2_5_plugin.ops.limits import (
+        FP8_CACHE_DTYPE,
+        FP8_KV_CACHE_DTYPES,
+        MAX_HEAD_DIM,
+        MIN_HEAD_DIM,
+        SUPPORTED_DTYPES,
+        SUPPORTED_KV_CACHE_DTYPES,
+        unsupported_dtype_reason,
+        unsupported_head_dim_reason,
+        unsupported_kv_cache_dtype_reason,
     )
 
 

@@ -18,6 +18,7 @@ import torch
 
 from vllm_spark2_5_plugin.ops.fixed_history_checks import (
     PagedKV,
+    check_kv_dtypes,
     check_metadata,
     check_tensors,
     check_window,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history_launch import LaunchPlan
 
 
-def _check_kernel_inputs(q, k_cache, v_cache, scale) -> float:
+def _check_kernel_inputs(q, k_cache, v_cache, scale, fp8: bool) -> float:
     """What the kernel needs beyond the reference's checks; returns ``scale``
     as a float."""
     reason = unsupported_dtype_reason(str(q.dtype))
@@ -43,10 +44,12 @@ def _check_kernel_inputs(q, k_cache, v_cache, scale) -> float:
             "half-precision dtype or use fixed_history_attention_reference"
         )
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype != q.dtype:
+        if t.dtype != q.dtype and not fp8:
             raise TypeError(
-                f"{name} dtype {t.dtype} differs from q dtype {q.dtype}; quantized "
-                "(fp8) or mixed-precision KV caches are not supported"
+                f"{name} dtype {t.dtype} differs from q dtype {q.dtype}; the K/V "
+                "caches must both have q's dtype or both be torch.float8_e4m3fn "
+                "(with k_scale and v_scale); mixed-precision caches are not "
+                "supported"
             )
         if t.stride(-1) != 1:
             raise ValueError(
@@ -82,14 +85,19 @@ def fixed_history_attention(
     *,
     plan: LaunchPlan | None = None,
     reference: bool = False,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
     """Attention of each request's draft block over a fixed key window.
 
     Args:
         q: ``[T, nH, D]`` float16/bfloat16, the queries of all draft blocks.
         k_cache, v_cache: ``[num_blocks, block_size, nKV, D]`` with the same
-            dtype as ``q``; any strides as long as the last one is 1 (vLLM's
-            ``kv_cache.transpose(1, 2).split(D, -1)`` views qualify).
+            dtype as ``q``, or both ``torch.float8_e4m3fn`` (vLLM's
+            ``--kv-cache-dtype fp8``/``fp8_e4m3``; a uint8 cache must be
+            viewed as float8_e4m3fn first); any strides as long as the last
+            one is 1 (vLLM's ``kv_cache.transpose(1, 2).split(D, -1)`` views
+            qualify).
         block_table: ``[>= R, max_blocks]`` int32 page ids per request.
         context_lens: ``[R]`` int32, ``L_r`` (context tokens before the block).
         query_start_loc: ``[R + 1]`` int32; request ``r`` owns query rows
@@ -107,24 +115,34 @@ def fixed_history_attention(
             kernel (``fixed_history_attention_reference``): any floating
             dtype (float32 math, float64 for float64 inputs) on any device,
             with a Python loop over requests; ``plan`` is ignored.
+        k_scale, v_scale: fp8 caches only (``None`` otherwise, and required
+            then): the cache holds ``K / k_scale`` and ``V / v_scale``, and
+            attention uses ``K = k_cache.float() * k_scale`` and ``V =
+            v_cache.float() * v_scale``. Either vLLM's ``layer._k_scale`` /
+            ``layer._v_scale``, a float32 tensor with one element on q's
+            device that the kernel reads on the device (no host sync, so the
+            call stays capturable and follows in-place updates on replay), or
+            a finite positive Python number.
 
     Returns:
         ``out`` (allocated when not given). Rows owned by no request are left
         untouched.
 
-    Not checked (that would need a device-to-host sync): ``query_start_loc``
-    is non-decreasing with ``query_start_loc[R] <= T``, and
-    ``L_r + B_r <= max_blocks * block_size`` with valid page ids in the table.
+    Not checked (that would need a device-to-host sync): that
+    ``query_start_loc`` is non-decreasing with ``query_start_loc[R] <= T``,
+    that ``L_r + B_r <= max_blocks * block_size`` with valid page ids in the
+    table, and that scale tensors hold a finite positive value.
     GQA: query head ``h`` uses KV head ``h // (nH // nKV)``.
     """
     check_tensors(q, k_cache, v_cache, out)
+    scales = check_kv_dtypes(q, k_cache, v_cache, k_scale, v_scale)
     window = check_window(sliding_window)
     check_metadata(q, block_table, context_lens, query_start_loc)
     if not reference:
-        scale = _check_kernel_inputs(q, k_cache, v_cache, scale)
+        scale = _check_kernel_inputs(q, k_cache, v_cache, scale, scales is not None)
     if out is None:
         out = torch.empty_like(q)
-    kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc)
+    kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc, scales)
     if reference:
         return attend_reference(q, kv, window, scale, out)
     from vllm_spark2_5_plugin.ops.fixed_history_launch import launch_kernel

@@ -7,11 +7,18 @@ is imported: none of these needs a device-to-host sync.
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 import os
 from typing import NamedTuple
 
 import torch
+
+from vllm_spark2_5_plugin.ops.limits import FP8_CACHE_DTYPE
+
+#: The fp8 cache dtype the kernel reads (``limits.FP8_CACHE_DTYPE``).
+FP8_CACHE_TORCH_DTYPE: torch.dtype = getattr(torch, FP8_CACHE_DTYPE)
 
 
 def check_window(sliding_window) -> int | None:
@@ -121,16 +128,96 @@ def check_tensors(q, k_cache, v_cache, out) -> None:
             )
 
 
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and dtype.itemsize == 1
+
+
+def check_kv_dtypes(q, k_cache, v_cache, k_scale, v_scale):
+    """The cache dtypes and the dequantization scales.
+
+    Returns ``None`` for unquantized caches (then both scales must be
+    ``None``), else ``(k_scale, v_scale)`` for float8_e4m3fn caches: each a
+    float32 tensor with one element on q's device (read by the kernel on the
+    device, never on the host) or a finite positive Python number (returned
+    as a float).
+    """
+    fp8 = FP8_CACHE_TORCH_DTYPE
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype == torch.uint8:
+            raise TypeError(
+                f"{name} has dtype torch.uint8: an fp8 cache allocated as bytes "
+                f"(as vLLM does) must be passed as {name}.view(torch.{FP8_CACHE_DTYPE})"
+            )
+        if _is_fp8(t.dtype) and t.dtype != fp8:
+            raise TypeError(
+                f"{name} has dtype {t.dtype}: the fixed-history kernel reads fp8 "
+                f"caches as torch.{FP8_CACHE_DTYPE} only; serve with "
+                "--kv-cache-dtype fp8_e4m3 (or fp8, or auto)"
+            )
+    if (k_cache.dtype == fp8) != (v_cache.dtype == fp8):
+        raise TypeError(
+            f"k_cache dtype {k_cache.dtype} differs from v_cache dtype "
+            f"{v_cache.dtype}; an fp8 cache needs both in torch.{FP8_CACHE_DTYPE}"
+        )
+    scales = (("k_scale", k_scale), ("v_scale", v_scale))
+    if k_cache.dtype != fp8:
+        for name, s in scales:
+            if s is not None:
+                raise TypeError(
+                    f"{name} is only for torch.{FP8_CACHE_DTYPE} caches; with "
+                    f"{k_cache.dtype} caches pass {name}=None"
+                )
+        return None
+    return tuple(_check_scale(name, s, q.device) for name, s in scales)
+
+
+def _check_scale(name, s, device):
+    if s is None:
+        raise TypeError(
+            f"{name} is required with torch.{FP8_CACHE_DTYPE} caches: pass the "
+            f"attention layer's _{name} (a float32 tensor with one element), "
+            "the factor that dequantizes the cache"
+        )
+    if isinstance(s, torch.Tensor):
+        if s.dtype != torch.float32:
+            raise TypeError(
+                f"{name} must be a float32 tensor (vLLM's layer._{name}), got "
+                f"dtype {s.dtype}"
+            )
+        if s.numel() != 1:
+            raise ValueError(
+                f"{name} must hold one element (shape [] or [1]), got shape "
+                f"{tuple(s.shape)}"
+            )
+        if s.device != device:
+            raise ValueError(
+                f"{name} is on {s.device} but q is on {device}; move it to q's device"
+            )
+        return s
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        raise TypeError(
+            f"{name} must be a float32 tensor with one element or a Python "
+            f"float, got {type(s).__name__}"
+        )
+    value = float(s)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and positive, got {value}")
+    return value
+
+
 def interpreting() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 class PagedKV(NamedTuple):
-    """The paged cache and the per-request metadata one launch reads."""
+    """The paged cache and the per-request metadata one launch reads;
+    ``scales`` is ``(k_scale, v_scale)`` for an fp8 cache (see
+    :func:`check_kv_dtypes`), ``None`` otherwise."""
 
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     block_table: torch.Tensor
     context_lens: torch.Tensor
     query_start_loc: torch.Tensor
+    scales: tuple[torch.Tensor | float, torch.Tensor | float] | None = None

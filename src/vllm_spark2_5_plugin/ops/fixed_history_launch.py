@@ -174,7 +174,7 @@ def launch_kernel(
     """Run the kernels with ``plan`` (``None``: the one :func:`plan_launch`
     picks for these shapes) and return ``out``; the arguments must already have
     passed ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
-    k_cache, v_cache, block_table, context_lens, query_start_loc = kv
+    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
@@ -214,6 +214,9 @@ def launch_kernel(
         part_sum = torch.empty_like(part_max)
     else:
         part_acc = part_max = part_sum = out  # unused by the kernel
+    # fp8 caches: the scales, tensors (read on the device) or floats; else
+    # placeholders the kernel never reads.
+    k_scale, v_scale = (1.0, 1.0) if scales is None else scales
 
     fixed_history_kernel[(programs,)](
         q,
@@ -227,6 +230,8 @@ def launch_kernel(
         context_lens,
         query_start_loc,
         scale * _LOG2E,
+        k_scale,
+        v_scale,
         window if window is not None else 0,
         num_reqs,
         *q.stride(),
@@ -247,6 +252,9 @@ def launch_kernel(
         # The interpreter cannot run inline PTX.
         ASM_PAGE_LOAD=plan.asm_page_load and not interpreting(),
         PERSISTENT=bool(plan.programs_per_sm),
+        KV_FP8=scales is not None,
+        K_SCALE_IN_MEMORY=isinstance(k_scale, torch.Tensor),
+        V_SCALE_IN_MEMORY=isinstance(v_scale, torch.Tensor),
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

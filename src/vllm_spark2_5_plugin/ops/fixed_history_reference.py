@@ -22,9 +22,11 @@ def attend_reference(
     The arguments are ``fixed_history_attention``'s after its checks
     (``window``: ``None`` or > 0). Any floating dtype and any device; computes
     in float64 for float64 inputs and float32 otherwise. Slow (a Python loop
-    over requests, with a host sync): meant for tests and CPU.
+    over requests, with a host sync): meant for tests and CPU. An fp8 cache
+    (``kv.scales`` set) is dequantized as ``k_cache * k_scale`` and
+    ``v_cache * v_scale`` in that precision.
     """
-    k_cache, v_cache, block_table, context_lens, query_start_loc = kv
+    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv
     num_reqs = context_lens.shape[0]
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     num_heads = q.shape[1]
@@ -50,6 +52,9 @@ def attend_reference(
         slots = pos % page_size
         k = k_cache[pages, slots].to(compute)  # [n, nKV, D]
         v = v_cache[pages, slots].to(compute)
+        if scales is not None:
+            k = k * _as_factor(scales[0], compute)
+            v = v * _as_factor(scales[1], compute)
         k = k.repeat_interleave(group, dim=1)  # [n, nH, D]
         v = v.repeat_interleave(group, dim=1)
         qr = q[first:end].to(compute)  # [b, nH, D]
@@ -57,3 +62,10 @@ def attend_reference(
         probs = torch.softmax(scores, dim=-1)
         out[first:end] = torch.einsum("hbn,nhd->bhd", probs, v).to(out.dtype)
     return out
+
+
+def _as_factor(scale: torch.Tensor | float, dtype: torch.dtype):
+    """A dequantization scale as a 0-d tensor of ``dtype`` or a float."""
+    if isinstance(scale, torch.Tensor):
+        return scale.reshape(()).to(dtype)
+    return float(scale)
