@@ -22,19 +22,34 @@
 #               lengths (the ~1B "small" preset, random weights)
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
-# records are packed into one archive per stage.
+# records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
+# single command after N seconds (engines start in 30-60 s each on the H200).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# The test processes touch CUDA before vLLM starts its tensor-parallel
+# workers, and a forked worker cannot initialise CUDA again: spawn them.
+export VLLM_WORKER_MULTIPROC_METHOD=spawn
 status=0
+
+cleanup() {  # a stage cut short can leave a server or engine holding the GPUs
+  pkill -f "[v]llm serve" 2>/dev/null
+  pkill -f "[V]LLM::" 2>/dev/null  # engine-core and worker processes
+  sleep 2
+  return 0
+}
+trap cleanup EXIT
 
 run() {  # name, command...: log to $OUT/name.log, remember a failure
   local name=$1
   shift
   echo "== $name: $*"
-  "$@" 2>&1 | tee "$OUT/$name.log" | tail -25
+  # STAGE_TIMEOUT (seconds, 0 = none) stops one command, not the whole call,
+  # so a slow stage still leaves its log and the next stage a free GPU.
+  timeout --kill-after=15 "${STAGE_TIMEOUT:-0}" "$@" 2>&1 | tee "$OUT/$name.log" | tail -25
   local rc=${PIPESTATUS[0]}
+  cleanup
   echo "== $name: exit $rc"
   [ "$rc" -eq 0 ] || status=1
 }
