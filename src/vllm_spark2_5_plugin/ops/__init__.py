@@ -26,27 +26,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-_LIMITS = (
-    "FP8_CACHE_DTYPE",
-    "FP8_KV_CACHE_DTYPES",
-    "MAX_HEAD_DIM",
-    "MIN_HEAD_DIM",
-    "SUPPORTED_DTYPES",
-    "SUPPORTED_KV_CACHE_DTYPES",
-    "unsupported_dtype_reason",
-    "unsupported_head_dim_reason",
-    "unsupported_kv_cache_dtype_reason",
-)
-
-# public name -> submodule defining it
-_EXPORTS = {
-    "LaunchPlan": "fixed_history_launch",
-    "fixed_history_attention": "fixed_history",
-    "fixed_history_attention_reference": "fixed_history",
-    "plan_launch": "fixed_history_launch",
-    "sm_count": "fixed_history_launch",
-    **dict.fromkeys(_LIMITS, "limits"),
-}
 __all__ = [
     "FP8_CACHE_DTYPE",
     "FP8_KV_CACHE_DTYPES",
@@ -63,6 +42,15 @@ __all__ = [
     "unsupported_head_dim_reason",
     "unsupported_kv_cache_dtype_reason",
 ]
+
+# public name -> submodule defining it; every other name of __all__ is in limits
+_MODULES = {
+    "LaunchPlan": "fixed_history_launch",
+    "fixed_history_attention": "fixed_history",
+    "fixed_history_attention_reference": "fixed_history",
+    "plan_launch": "fixed_history_launch",
+    "sm_count": "fixed_history_launch",
+}
 
 if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history import (
@@ -88,9 +76,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _MODULES.get(name, "limits")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
