@@ -10,7 +10,7 @@ MLP; the math is written out in ``docs/model.md``.
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -414,13 +414,11 @@ class Spark2_5ForCausalLM(nn.Module, SupportsLoRA, SupportsPP, SupportsEagle3):
         return self.model.embed_input_ids(input_ids)
 
     def forward(
-        self,
-        input_ids: torch.Tensor | None,
-        positions: torch.Tensor,
-        intermediate_tensors: IntermediateTensors | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        self, *args: Any, **kwargs: Any
     ) -> torch.Tensor | IntermediateTensors | tuple[torch.Tensor, list[torch.Tensor]]:
-        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+        """:meth:`Spark2_5Model.forward` (``input_ids, positions,
+        intermediate_tensors=None, inputs_embeds=None``), which vLLM compiles."""
+        return self.model(*args, **kwargs)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         return self.logits_processor(self.lm_head, hidden_states)
