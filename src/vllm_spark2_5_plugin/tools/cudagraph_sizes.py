@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CUDA-graph capture sizes that cover a busy DSpark server.
+
+    python -m vllm_spark2_5_plugin.tools.cudagraph_sizes \\
+        --num-speculative-tokens 7 --max-num-seqs 512
+
+prints the ``--compilation-config`` to pass to ``vllm serve``.
+
+Why: vLLM 0.32.0 (V2 model runner) captures the target's decode steps and the
+DSpark draft's steps from one list, ``compilation_config.cudagraph_capture_sizes``,
+counted in tokens. A target decode step of ``R`` requests has ``R * (K + 1)``
+tokens; a draft step has ``R * K`` (the anchor-first block layout). The
+default list stops at 512 tokens on an H200, so with ``K = 7`` steps of more
+than 64 (target) or 71 (draft) requests run without CUDA graphs, the draft
+eagerly. This list holds ``n * K`` and ``n * (K + 1)`` for a ladder of request
+counts ``n`` up to ``max_num_seqs``, so a step of any batch size pads to the
+next rung in both models (fewer graphs than the default list at ``K = 7``).
+
+Cost: the largest graphs hold ``max_num_seqs`` requests, so the graph memory
+pool grows (the draft's logits alone are about ``R * K * vocab * 2`` bytes);
+vLLM's memory profiler takes it out of the KV cache. ``max_num_batched_tokens``
+must be at least the largest size, or vLLM drops the sizes above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+#: Request counts that get a graph (then every multiple of 64 up to the cap).
+LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448)
+
+
+def request_ladder(max_num_seqs: int) -> list[int]:
+    """Request counts ``<= max_num_seqs`` that get a graph, ``max_num_seqs``
+    included."""
+    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int):
+        raise TypeError(f"max_num_seqs must be an int, got {max_num_seqs!r}")
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+    rungs = {n for n in LADDER if n <= max_num_seqs}
+    rungs.update(range(512, max_num_seqs + 1, 64))
+    rungs.add(max_num_seqs)
+    return sorted(rungs)
+
+
+def dspark_capture_sizes(num_speculative_tokens: int, max_num_seqs: int) -> list[int]:
+    """Token counts ``n * K`` (draft steps) and ``n * (K + 1)`` (target decode
+    steps) for every rung ``n`` of :func:`request_ladder`."""
+    k = num_speculative_tokens
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"num_speculative_tokens must be an int >= 1, got {k!r}")
+    return sorted({n * m for n in request_ladder(max_num_seqs) for m in (k, k + 1)})
+
+
+def compilation_config(num_speculative_tokens: int, max_num_seqs: int) -> str:
+    """The JSON for ``vllm serve --compilation-config``."""
+    sizes = dspark_capture_sizes(num_speculative_tokens, max_num_seqs)
+    return json.dumps({"cudagraph_capture_sizes": sizes}, separators=(",", ":"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-speculative-tokens", type=int, required=True)
+    parser.add_argument("--max-num-seqs", type=int, required=True)
+    args = parser.parse_args(argv)
+    try:
+        config = compilation_config(args.num_speculative_tokens, args.max_num_seqs)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    largest = args.max_num_seqs * (args.num_speculative_tokens + 1)
+    print(f"--max-num-seqs {args.max_num_seqs} --compilation-config '{config}'")
+    print(f"# needs --max-num-batched-tokens >= {largest}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
