@@ -15,6 +15,7 @@ kernel; the rest is the production code.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -577,6 +578,39 @@ def test_fp8_kv_cache_stores_scaled_bytes_and_reads_them_back(
     # fp8 e4m3 keeps 3 mantissa bits: a few percent, whatever the scales.
     assert max(errors.values()) < 0.05, errors
     assert min(errors.values()) > 1e-4, errors  # the cache really is fp8
+
+
+def test_full_draft_layers_stay_full_under_an_all_sliding_target(
+    built: Built, monkeypatch, tmp_path
+):
+    """vLLM gives every layer that declares no window of its own the
+    model-level ``CacheConfig.sliding_window``, which it sets when all target
+    layers slide. The draft's full layers must still be full: no window in
+    the attention layer, a full-attention KV-cache spec."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    if FULL not in built.draft.settings.layer_types:
+        pytest.skip("checked on drafts with a full layer")
+    target = make_tiny_checkpoint(tmp_path / "all-sliding", layer_types=[SLIDING] * 4)
+    window = json.loads((target / "config.json").read_text())["sliding_window"]
+    engine = EngineArgs(model=str(target), max_model_len=256).create_engine_config()
+    assert engine.cache_config.sliding_window == window  # vLLM's model-level window
+
+    monkeypatch.setattr(built.vllm_config.cache_config, "sliding_window", window)
+    draft = fresh_draft(built, "all-sliding-target.")
+    kinds = built.draft.settings.layer_types
+    for layer, kind in zip(draft.model.layers, kinds, strict=True):
+        attn = layer.self_attn.attn
+        spec = attn.get_kv_cache_spec(built.vllm_config)
+        if kind == FULL:
+            assert attn.sliding_window is None
+            assert type(spec) is FullAttentionSpec, spec
+        else:
+            assert attn.sliding_window == built.draft.settings.sliding_window
+            assert type(spec) is SlidingWindowSpec, spec
 
 
 def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):

@@ -57,6 +57,10 @@ BREAKAGES = {
         None,
     ),
     "chat_parsers": ("vllm.renderers.hf.parse_chat_messages", _two_args),
+    "model_level_sliding_window": (
+        "vllm.engine.arg_utils.EngineArgs.create_engine_config",
+        lambda self: None,
+    ),
     "kv_cache_scales": (
         "vllm.model_executor.layers.attention.attention.set_default_quant_scales",
         lambda layer, register_buffer=False: None,

@@ -51,6 +51,7 @@ from vllm.model_executor.models.utils import (
 )
 from vllm.sequence import IntermediateTensors
 
+from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.models.weight_checks import (
     TARGET_HINTS,
@@ -192,7 +193,11 @@ class Spark2_5Attention(nn.Module):
             self.head_dim,
             self.head_dim**-0.5,
             num_kv_heads=self.num_kv_heads,
-            cache_config=spec.cache_config,
+            cache_config=(
+                spec.cache_config
+                if sliding
+                else vllm_seam.full_attention_cache_config(spec.cache_config)
+            ),
             quant_config=quant_config,
             per_layer_sliding_window=self.sliding_window,
             prefix=f"{prefix}.attn",

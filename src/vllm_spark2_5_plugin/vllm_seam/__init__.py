@@ -33,6 +33,7 @@ imported lazily: importing this package is free.
 from vllm_spark2_5_plugin.vllm_seam.attention import (
     KVCacheQuant,
     PagedAttentionInputs,
+    full_attention_cache_config,
     kv_cache_quant,
     layer_kv_cache,
     paged_attention_inputs,
@@ -72,6 +73,7 @@ __all__ = [
     "check_hook_points",
     "dspark_heads",
     "forget_resolved_tool_parser",
+    "full_attention_cache_config",
     "kv_cache_quant",
     "layer_kv_cache",
     "paged_attention_inputs",

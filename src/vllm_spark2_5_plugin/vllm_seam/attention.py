@@ -106,6 +106,42 @@ def write_kv_cache(
     attn.impl.do_kv_cache_update(attn, key, value, kv_cache, slot_mapping)
 
 
+def full_attention_cache_config(cache_config: Any) -> Any:
+    """``cache_config`` for a full-attention layer: without the model-level
+    sliding window.
+
+    ``Attention`` falls back to ``CacheConfig.sliding_window`` for a layer that
+    passes no window of its own, and vLLM sets that field when every layer of
+    the *target* slides. A DSpark draft's full layer would then be declared,
+    cached and (by FlashAttention) computed as a sliding one.
+    """
+    if cache_config is None or cache_config.sliding_window is None:
+        return cache_config
+    import dataclasses
+
+    return dataclasses.replace(cache_config, sliding_window=None)
+
+
+@_hook_point(
+    "Attention(per_layer_sliding_window=None) takes CacheConfig.sliding_window, "
+    "which EngineArgs sets when every layer of the model slides"
+)
+def _check_model_level_sliding_window() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.layers.attention import attention
+
+    init = inspect.getsource(attention.Attention.__init__)
+    _expect(
+        "sliding_window = cache_config.sliding_window" in init,
+        "Attention falls back to cache_config.sliding_window",
+    )
+    _expect(
+        "sliding_window = model_config.get_sliding_window()"
+        in inspect.getsource(EngineArgs.create_engine_config),
+        "EngineArgs sets the model-level window",
+    )
+
+
 class KVCacheQuant(NamedTuple):
     """How a layer's KV cache is quantized: per-tensor fp8 (e4m3)."""
 
