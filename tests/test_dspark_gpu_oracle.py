@@ -398,6 +398,9 @@ def test_dspark_proposals_match_the_reference(run: Run, checkpoints, monkeypatch
     if run.tp > 1:
         if torch.cuda.device_count() < run.tp:
             pytest.skip(f"needs {run.tp} GPUs, {torch.cuda.device_count()} visible")
+        # This process has touched CUDA already, so the TP workers must be
+        # spawned (a forked one cannot initialise CUDA again).
+        monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         # The worker processes import the recorder from this directory.
         here = str(Path(__file__).parent)
         monkeypatch.setenv(

@@ -176,7 +176,9 @@ def measure(setup, **engine) -> dict:
 
 
 @pytest.mark.parametrize("tp", TPS)
-def test_adapters_in_one_bf16_batch_match_merged_reference(setup, tp):
+def test_adapters_in_one_bf16_batch_match_merged_reference(setup, tp, monkeypatch):
+    # A forked TP worker cannot initialise CUDA again once this process has.
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     report = measure(
         setup, tensor_parallel_size=tp, max_loras=2, gpu_memory_utilization=0.3
     )
