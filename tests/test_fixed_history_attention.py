@@ -1144,9 +1144,10 @@ if not _IN_CHILD:
 
     @pytest.mark.cuda
     @_no_cuda
+    @pytest.mark.parametrize("fp8_scales", [None, (3.0, 0.02)], ids=["bf16", "fp8"])
     @pytest.mark.parametrize("loads", ["pipelined", "unpipelined", "asm_pages"])
     @pytest.mark.parametrize("num_splits", [1, 2, 8])
-    def test_cuda_split_path_with_strided_q(num_splits, loads):
+    def test_cuda_split_path_with_strided_q(num_splits, loads, fp8_scales):
         stages = {"pipelined": 3, "unpipelined": 1, "asm_pages": 4}[loads]
         _run_and_check(
             Case([5000, 0, 130], [8, 8, 8], 4096, 32, 8, 128, 16),
@@ -1159,6 +1160,7 @@ if not _IN_CHILD:
                 num_stages=stages,
                 asm_page_load=loads == "asm_pages",
             ),
+            fp8_scales=fp8_scales,
             strided_q=True,
             extra_rows=2,
         )
@@ -1321,28 +1323,6 @@ if not _IN_CHILD:
             fp8_scales=(0.05, 0.5),
             scale_form=scale_form,
             out_given=False,
-        )
-
-    @pytest.mark.cuda
-    @_no_cuda
-    @pytest.mark.parametrize("loads", ["pipelined", "unpipelined", "asm_pages"])
-    @pytest.mark.parametrize("num_splits", [1, 2, 8])
-    def test_cuda_fp8_split_path(num_splits, loads):
-        stages = {"pipelined": 3, "unpipelined": 1, "asm_pages": 4}[loads]
-        _run_and_check(
-            Case([5000, 0, 130], [8, 8, 8], 4096, 32, 8, 128, 16),
-            dtype=torch.bfloat16,
-            device="cuda",
-            plan=_plan(
-                8,
-                64,
-                num_splits,
-                num_stages=stages,
-                asm_page_load=loads == "asm_pages",
-            ),
-            fp8_scales=(3.0, 0.02),
-            strided_q=True,
-            extra_rows=2,
         )
 
     @pytest.mark.cuda

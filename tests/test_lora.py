@@ -138,24 +138,25 @@ def adapters(tiny_checkpoint, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return made
 
 
-def lora_generate(model: Path, requests, **llm_kwargs):
+def lora_generate(model: Path, requests, max_tokens: int = MAX_TOKENS, **llm_kwargs):
     """Greedy tokens and top-5 logprobs per step for ``(prompt, LoRARequest or
-    None)`` pairs, all in one in-process ``vllm.LLM`` batch."""
+    None)`` pairs, all in one ``vllm.LLM`` batch (in-process, float32 and
+    eager unless ``llm_kwargs`` say otherwise)."""
     from vllm import LLM, SamplingParams
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
 
     params = SamplingParams(
-        temperature=0.0, max_tokens=MAX_TOKENS, logprobs=5, ignore_eos=True
+        temperature=0.0, max_tokens=max_tokens, logprobs=5, ignore_eos=True
     )
-    llm = LLM(
-        str(model),
+    kwargs = {
         **LLM_KWARGS,
-        distributed_executor_backend="uni",
-        enable_lora=True,
-        max_lora_rank=RANK,
+        "distributed_executor_backend": "uni",
+        "enable_lora": True,
+        "max_lora_rank": RANK,
         **llm_kwargs,
-    )
+    }
+    llm = LLM(str(model), **kwargs)
     try:
         outputs = llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p, _ in requests],

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_lora import lora_request, merge_adapter, write_peft_adapter
+from test_lora import lora_generate, lora_request, merge_adapter, write_peft_adapter
 
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -86,42 +86,6 @@ def summarise(parts: list[dict]) -> dict:
     }
 
 
-def generate(checkpoint: Path, batch, **engine):
-    """One engine, one mixed batch: greedy tokens and top-5 logprobs."""
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(
-        str(checkpoint),
-        dtype="bfloat16",
-        max_model_len=512,
-        seed=0,
-        enable_lora=True,
-        max_lora_rank=RANK,
-        **engine,
-    )
-    try:
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p, _ in batch],
-            SamplingParams(
-                temperature=0.0, max_tokens=MAX_TOKENS, logprobs=5, ignore_eos=True
-            ),
-            lora_request=[lora for _, lora in batch],
-            use_tqdm=False,
-        )
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
-    return [
-        (
-            list(o.outputs[0].token_ids),
-            [{t: lp.logprob for t, lp in s.items()} for s in o.outputs[0].logprobs],
-        )
-        for o in outputs
-    ]
-
-
 def make_models(root: Path):
     """The tiny checkpoint, two adapters, and a reference per model."""
     from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
@@ -154,7 +118,13 @@ def measure(setup, **engine) -> dict:
         for i, name in enumerate((None, "first", "second"))
     }
     batch = [(p, name) for p in prompts() for name in (None, "first", "second")]
-    results = generate(base, [(p, requests[n]) for p, n in batch], **engine)
+    results = lora_generate(
+        base,
+        [(p, requests[n]) for p, n in batch],
+        max_tokens=MAX_TOKENS,
+        dtype="bfloat16",
+        **engine,
+    )
 
     right, wrong = {}, {}
     for (prompt, name), (tokens, steps) in zip(batch, results, strict=True):
@@ -180,7 +150,12 @@ def test_adapters_in_one_bf16_batch_match_merged_reference(setup, tp, monkeypatc
     # A forked TP worker cannot initialise CUDA again once this process has.
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     report = measure(
-        setup, tensor_parallel_size=tp, max_loras=2, gpu_memory_utilization=0.3
+        setup,
+        tensor_parallel_size=tp,
+        max_loras=2,
+        gpu_memory_utilization=0.3,
+        enforce_eager=False,  # CUDA graphs, as served
+        distributed_executor_backend=None,  # vLLM's choice (workers at TP=2)
     )
     print(json.dumps(report, indent=2))
     out = os.environ.get("SPARK2_5_ORACLE_OUT")
@@ -202,10 +177,5 @@ if __name__ == "__main__":
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     with tempfile.TemporaryDirectory() as tmp:
-        found = measure(
-            make_models(Path(tmp)),
-            enforce_eager=True,
-            max_loras=3,
-            distributed_executor_backend="uni",
-        )
+        found = measure(make_models(Path(tmp)), max_loras=3)
     print(json.dumps(found, indent=2))
