@@ -1216,6 +1216,22 @@ if not _IN_CHILD:
                 f"seed={seed} graph replay L={new_ctx}",
             )
 
+    def _persistent_plan(q, num_reqs, nkv, window, bt):
+        """The default plan of the persistent-grid replay cases (32 heads,
+        head dim 128, page 16): two programs per SM, no key splits."""
+        plan = ops.plan_launch(
+            num_tokens=q.shape[0],
+            num_reqs=num_reqs,
+            num_heads=32,
+            num_kv_heads=nkv,
+            head_dim=128,
+            sliding_window=window,
+            max_kv_len=bt.shape[1] * 16,
+            device=q.device,
+        )
+        assert plan.programs_per_sm == 2 and plan.num_splits == 1, plan
+        return plan
+
     @pytest.mark.cuda
     @_no_cuda
     @pytest.mark.parametrize("how", ["default", "forced_1_per_sm"])
@@ -1243,17 +1259,7 @@ if not _IN_CHILD:
         scale = 128**-0.5
         num_sms = ops.sm_count(q.device)
         if how == "default":
-            plan = ops.plan_launch(
-                num_tokens=q.shape[0],
-                num_reqs=num_reqs,
-                num_heads=32,
-                num_kv_heads=nkv,
-                head_dim=128,
-                sliding_window=window,
-                max_kv_len=bt.shape[1] * 16,
-                device=q.device,
-            )
-            assert plan.programs_per_sm == 2 and plan.num_splits == 1, plan
+            plan = _persistent_plan(q, num_reqs, nkv, window, bt)
 
             def call():
                 ops.fixed_history_attention(
@@ -1359,17 +1365,7 @@ if not _IN_CHILD:
             fp8_scales=first,
         )
         scales = _scale_args(first, "tensor", "cuda")
-        plan = ops.plan_launch(
-            num_tokens=q.shape[0],
-            num_reqs=num_reqs,
-            num_heads=32,
-            num_kv_heads=nkv,
-            head_dim=128,
-            sliding_window=window,
-            max_kv_len=bt.shape[1] * 16,
-            device=q.device,
-        )
-        assert plan.programs_per_sm == 2 and plan.num_splits == 1, plan
+        _persistent_plan(q, num_reqs, nkv, window, bt)  # what the call below runs
         scale = 128**-0.5
         out = torch.full_like(q, float("nan"))
 
