@@ -126,9 +126,8 @@ def store_kv_reference(
     ``V / v_scale`` in fp8, saturated at the format's largest finite value
     as vLLM's cache writer does.
     """
-    k_cache, v_cache = vllm_seam.split_kv_cache(kv_cache, head_dim)
+    k_cache, v_cache = vllm_seam.split_kv_cache(kv_cache, head_dim, quant)
     if quant is not None:
-        k_cache, v_cache = k_cache.view(quant.dtype), v_cache.view(quant.dtype)
         fp8_max = torch.finfo(quant.dtype).max
         key = (key.float() / quant.k_scale.float()).clamp(-fp8_max, fp8_max)
         value = (value.float() / quant.v_scale.float()).clamp(-fp8_max, fp8_max)
@@ -265,11 +264,10 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         query_start_loc = paged.query_start_loc[: num_reqs + 1]
         # Clamped: FULL-graph padding requests own query rows but no sequence.
         context_lens = (seq_lens - query_start_loc.diff()).clamp(min=0).to(torch.int32)
-        k_cache, v_cache = vllm_seam.split_kv_cache(paged.cache, self.head_dim)
-        scales = {}
         quant = vllm_seam.kv_cache_quant(self.attn)
-        if quant is not None:  # fp8 bytes (vLLM allocates the cache as uint8)
-            k_cache, v_cache = k_cache.view(quant.dtype), v_cache.view(quant.dtype)
+        k_cache, v_cache = vllm_seam.split_kv_cache(paged.cache, self.head_dim, quant)
+        scales = {}
+        if quant is not None:
             scales = {"k_scale": quant.k_scale, "v_scale": quant.v_scale}
         attend = (
             fixed_history_attention if q.is_cuda else fixed_history_attention_reference

@@ -83,11 +83,15 @@ def _check_attention_context() -> None:
 
 
 def split_kv_cache(
-    kv_cache: torch.Tensor, head_dim: int
+    kv_cache: torch.Tensor, head_dim: int, quant: KVCacheQuant | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``[blocks, nKV, block_size, 2*D]`` -> K and V as ``[blocks, block_size,
-    nKV, D]`` views (any strides), the layout FlashAttention and Triton use."""
-    return kv_cache.transpose(1, 2).split(head_dim, dim=-1)
+    nKV, D]`` views (any strides), the layout FlashAttention and Triton use;
+    with ``quant`` viewed as its dtype (vLLM allocates fp8 caches as uint8)."""
+    k_cache, v_cache = kv_cache.transpose(1, 2).split(head_dim, dim=-1)
+    if quant is None:
+        return k_cache, v_cache
+    return k_cache.view(quant.dtype), v_cache.view(quant.dtype)
 
 
 def layer_kv_cache(attn: Any) -> torch.Tensor:
