@@ -20,6 +20,9 @@
 #   serve-fp8kv tiny checkpoint served with --kv-cache-dtype fp8, with/without DSpark
 #   profile-c1  where a DSpark step's time goes at concurrency 1, for 3 prompt
 #               lengths (the ~1B "small" preset, random weights)
+#   draft-ops   the same at 1525 prompt tokens: DSpark with the draft on vLLM's
+#               kernels (as shipped), DSpark with its RMSNorm/RoPE/GELU as plain
+#               PyTorch (the state before), and no speculation
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
@@ -106,6 +109,21 @@ for stage in "$@"; do
           --dspark --concurrency 1 --input-len "$n" --output-len 256 \
           --phases offline --label "c1-in$n" --out "$OUT" \
           --log-dir "/tmp/profile-logs-$n"
+      done
+      ;;
+    draft-ops)
+      [ -d /tmp/small ] || run make-small python3 -m \
+        vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      native='{"compilation_config": {"custom_ops":
+        ["none", "-rms_norm", "-rotary_embedding", "-gelu_and_mul"]}}'
+      for mode in kernels native target; do
+        flags=(--dspark --llm-kwargs '{}')
+        [ "$mode" = native ] && flags=(--dspark --llm-kwargs "$native")
+        [ "$mode" = target ] && flags=(--llm-kwargs '{}')
+        run "draft-ops-$mode" python3 benchmarks/profile_decode.py /tmp/small \
+          "${flags[@]}" --concurrency 1 --input-len 1525 --output-len 256 \
+          --phases offline --label "c1-in1525-$mode" --out "$OUT" \
+          --log-dir "/tmp/profile-logs-$mode"
       done
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -777,3 +777,47 @@ def test_target_aux_states_are_outputs_of_the_configured_layers(built: Built):
         )
         # Not the stream entering layer i (the off-by-one this guards against).
         assert (got.double() - stream[i]).abs().max() > 0.05 * scale
+
+
+def test_draft_ops_keep_vllm_kernels_when_the_target_is_compiled(
+    built: Built, monkeypatch
+):
+    """With torch.compile on, vLLM builds its ops (RMSNorm, RoPE, GELU-and-mul)
+    as plain PyTorch for Inductor to fuse. The draft is not compiled, so it
+    must re-choose vLLM's kernel for the platform; ops the user disabled by
+    name, and the target's (possibly shared) ops, keep vLLM's choice. The
+    numerics of that kernel path are what every other test here checks: the
+    eager fixture enables all ops."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.custom_op import CustomOp
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    def custom_ops(module):
+        return [m for m in module.modules() if isinstance(m, CustomOp)]
+
+    def chosen(op) -> str:
+        return op._forward_method.__func__.__name__
+
+    target_before = {id(op): chosen(op) for op in custom_ops(built.target)}
+    compilation = built.vllm_config.compilation_config
+    monkeypatch.setattr(compilation, "custom_ops", ["none"])
+    with set_current_vllm_config(built.vllm_config):
+        assert chosen(RMSNorm(8)) == "forward_native"  # what vLLM picks here
+    draft = fresh_draft(built, "compiled-target.")
+    ops = custom_ops(draft)
+    names = {type(op).name for op in ops}
+    assert {"rms_norm", "rotary_embedding", "gelu_and_mul"} <= names
+    assert all(chosen(op) == "forward_cpu" for op in ops), {
+        type(op).name: chosen(op) for op in ops
+    }
+    assert draft.platform_kernels == sorted(names)
+    target_after = {id(op): chosen(op) for op in custom_ops(built.target)}
+    assert target_after == target_before
+    assert not {id(op) for op in ops} & set(target_before)
+
+    monkeypatch.setattr(compilation, "custom_ops", ["none", "-rms_norm"])
+    draft = fresh_draft(built, "compiled-target-no-rms-norm.")
+    for op in custom_ops(draft):
+        want = "forward_native" if type(op).name == "rms_norm" else "forward_cpu"
+        assert chosen(op) == want, (type(op).name, chosen(op))
+    assert "rms_norm" not in draft.platform_kernels

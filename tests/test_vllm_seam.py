@@ -65,6 +65,10 @@ BREAKAGES = {
         "vllm.model_executor.layers.attention.attention.set_default_quant_scales",
         lambda layer, register_buffer=False: None,
     ),
+    "custom_op_dispatch": (
+        "vllm.model_executor.custom_op.CustomOp.dispatch_forward",
+        lambda self: None,
+    ),
     "kv_cache_layout": (
         "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",
         lambda self, layer, key, value, kv_cache, slots: None,

@@ -44,6 +44,7 @@ from vllm.model_executor.models.utils import (
     maybe_prefix,
 )
 
+from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.models.dspark_layers import (
@@ -227,6 +228,14 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         )
         self.lm_head: nn.Module | None = None  # shared from the target
         self.logits_processor = LogitsProcessor(self.config.vocab_size)
+        # The draft is not torch.compile'd: give its norms, RoPE and
+        # activation vLLM's fused kernels instead of unfused PyTorch ops.
+        self.platform_kernels = vllm_seam.use_platform_kernels(self.model)
+        logger.debug_once(
+            "%s: DSpark draft layers use vLLM's kernels for %s",
+            PLUGIN_NAME,
+            ", ".join(self.platform_kernels) or "no op",
+        )
 
     # -- hooks of vLLM's DSpark speculator -------------------------------------
 

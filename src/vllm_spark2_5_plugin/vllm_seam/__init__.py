@@ -18,7 +18,8 @@ Everything beyond that lives here, one function per assumption:
   attention context, the paged metadata fields, the KV-cache layout, the
   backend's KV write and a layer's fp8 KV-cache dtype and scales;
 * vLLM's DSpark Markov and confidence heads (defined in its Qwen3 DSpark
-  model module).
+  model module), and the choice of a ``CustomOp``'s kernel (the draft, which
+  is not compiled, runs vLLM's fused kernels).
 
 The package has one module per area (``registries``, ``config_hooks``,
 ``attention``, ``dspark``) and ``hooks`` for the checking machinery; callers
@@ -45,7 +46,11 @@ from vllm_spark2_5_plugin.vllm_seam.config_hooks import (
     check_chat_messages,
     wrap_speculative_update_arch,
 )
-from vllm_spark2_5_plugin.vllm_seam.dspark import DRAFT_PROTOCOL, dspark_heads
+from vllm_spark2_5_plugin.vllm_seam.dspark import (
+    DRAFT_PROTOCOL,
+    dspark_heads,
+    use_platform_kernels,
+)
 from vllm_spark2_5_plugin.vllm_seam.hooks import (
     HOOK_POINTS,
     HookPoint,
@@ -83,6 +88,7 @@ __all__ = [
     "registered_tool_parser_module",
     "require_hook_points",
     "split_kv_cache",
+    "use_platform_kernels",
     "wrap_speculative_update_arch",
     "write_kv_cache",
 ]
