@@ -20,9 +20,10 @@
 #   serve-fp8kv tiny checkpoint served with --kv-cache-dtype fp8, with/without DSpark
 #   profile-c1  where a DSpark step's time goes at concurrency 1, for 3 prompt
 #               lengths (the ~1B "small" preset, random weights)
-#   draft-ops   the same at 1525 prompt tokens: DSpark with the draft on vLLM's
-#               kernels (as shipped), DSpark with its RMSNorm/RoPE/GELU as plain
-#               PyTorch (the state before), and no speculation
+#   draft-ops   the same for DRAFT_OPS_POINTS (mode:prompt-length): DSpark with
+#               the draft on vLLM's kernels (kernels, as shipped), DSpark with
+#               its RMSNorm/RoPE/GELU as plain PyTorch (native, the state
+#               before) and no speculation (target)
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
@@ -116,14 +117,15 @@ for stage in "$@"; do
         vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
       native='{"compilation_config": {"custom_ops":
         ["none", "-rms_norm", "-rotary_embedding", "-gelu_and_mul"]}}'
-      for mode in kernels native target; do
+      for point in ${DRAFT_OPS_POINTS:-kernels:1525 native:1525 target:1525 kernels:128 target:128}; do
+        mode=${point%:*} n=${point#*:}
         flags=(--dspark --llm-kwargs '{}')
         [ "$mode" = native ] && flags=(--dspark --llm-kwargs "$native")
         [ "$mode" = target ] && flags=(--llm-kwargs '{}')
-        run "draft-ops-$mode" python3 benchmarks/profile_decode.py /tmp/small \
-          "${flags[@]}" --concurrency 1 --input-len 1525 --output-len 256 \
-          --phases offline --label "c1-in1525-$mode" --out "$OUT" \
-          --log-dir "/tmp/profile-logs-$mode"
+        run "draft-ops-$mode-in$n" python3 benchmarks/profile_decode.py /tmp/small \
+          "${flags[@]}" --concurrency 1 --input-len "$n" --output-len 256 \
+          --phases offline --label "c1-in$n-$mode" --out "$OUT" \
+          --log-dir "/tmp/profile-logs-$mode-$n"
       done
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
