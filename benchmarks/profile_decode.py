@@ -88,7 +88,7 @@ def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
 
 
 def top_kernels(
-    trace_file: Path, steps: int, device: bool = True, top: int = 15
+    trace_file: Path, steps: int, device: bool = True, top: int = 25
 ) -> list[dict[str, Any]]:
     """The ``top`` event names by total duration: ms and calls per step."""
     totals: dict[str, list[float]] = {}
