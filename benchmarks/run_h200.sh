@@ -28,6 +28,8 @@
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
 # single command after N seconds (engines start in 30-60 s each on the H200).
+# Two single-GPU runs can share a two-GPU machine: give each its own
+# CUDA_VISIBLE_DEVICES, OUT and SHARED=1 (then leftovers are not cleaned up).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -38,6 +40,8 @@ export VLLM_WORKER_MULTIPROC_METHOD=spawn
 status=0
 
 cleanup() {  # a stage cut short can leave a server or engine holding the GPUs
+  # SHARED=1: another run shares the machine (one GPU each); kill nothing.
+  [ -n "${SHARED:-}" ] && return 0
   pkill -f "[v]llm serve" 2>/dev/null
   pkill -f "[V]LLM::" 2>/dev/null  # engine-core and worker processes
   sleep 2
