@@ -15,7 +15,8 @@ With ``--kv-cache-dtype fp8`` (target and draft caches in fp8 e4m3, the draft's
 sliding layers read through the fixed-history kernel's fp8 path) the same
 comparison must hold within ``FP8_TOLERANCE``: the references predict from
 vLLM's own outputs without quantization, so the only gap is what fp8 rounding
-of the cached keys and values does to the draft's choices. A draft that
+of the cached keys and values (and serving the float16 checkpoint in bfloat16,
+which FlashAttention 3 needs for fp8 caches) does to the draft's choices. A draft that
 misread its fp8 cache would lose most of its acceptance.
 
 The same comparison runs on a draft trained elsewhere (the ~1B ``small``
@@ -109,6 +110,10 @@ def _given_checkpoint(path: Path) -> tuple[Path, list[list[int]], list[list[int]
 def _serve(path: Path, prompts: list[list[int]], num_spec: int, kv_cache_dtype: str):
     from vllm import SamplingParams
 
+    # FlashAttention 3 (vLLM's backend on Hopper) reads fp8 caches only with
+    # bfloat16 queries and outputs; it refuses float16 models ("For FP8 input,
+    # output must have dtype BF16"), so the fp8 run serves in bfloat16.
+    dtype = "auto" if kv_cache_dtype == "auto" else "bfloat16"
     outputs, metrics = run_llm(
         path,
         prompts,
@@ -118,6 +123,7 @@ def _serve(path: Path, prompts: list[list[int]], num_spec: int, kv_cache_dtype: 
         seed=0,
         speculative_config={"method": "dspark", "num_speculative_tokens": num_spec},
         kv_cache_dtype=kv_cache_dtype,
+        dtype=dtype,
         disable_log_stats=False,
     )
     return [list(o.outputs[0].token_ids) for o in outputs], metrics

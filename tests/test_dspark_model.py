@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from vllm_helpers import build_dspark_models
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
@@ -80,52 +81,12 @@ class Built:
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def built(request, world, tmp_path_factory) -> Built:
-    from vllm.config import (
-        ModelConfig,
-        ParallelConfig,
-        SpeculativeConfig,
-        VllmConfig,
-        set_current_vllm_config,
-    )
-    from vllm.model_executor.model_loader import get_model
-    from vllm.v1.worker.gpu.spec_decode.eagle.utils import (
-        _should_share,
-        get_target_lm_head,
-        maybe_share_target_embed,
-    )
-
     from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(
         tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
     )
-    target_config = ModelConfig(
-        model=str(path), dtype="float32", max_model_len=256, enforce_eager=True
-    )
-    parallel = ParallelConfig()
-    spec = SpeculativeConfig(
-        method="dspark",
-        num_speculative_tokens=BLOCK,
-        target_model_config=target_config,
-        target_parallel_config=parallel,
-    )
-    # VllmConfig refuses DSpark on CPU ("Model Runner V1 does not support"), so
-    # the validated speculative config is attached afterwards.
-    vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
-    vllm_config.speculative_config = spec
-    with (
-        set_current_vllm_config(vllm_config),
-        pytest.MonkeyPatch.context() as mp,
-    ):
-        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
-        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
-        target = get_model(vllm_config=vllm_config, model_config=target_config)
-        draft = get_model(vllm_config=vllm_config, model_config=spec.draft_model_config)
-    # The tail of vLLM's load_dspark_model: share the target's embed / LM head.
-    maybe_share_target_embed(draft, draft.model, target.model)
-    target_head = get_target_lm_head(target, target)
-    if _should_share(draft, "has_own_lm_head", draft.lm_head, target_head):
-        draft.lm_head = target_head
+    vllm_config, spec, target, draft = build_dspark_models(path, BLOCK)
     ref = DSparkReference.from_checkpoint(path)
     return Built(path, vllm_config, spec, target, draft, ref)
 

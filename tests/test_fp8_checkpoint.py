@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from vllm_helpers import LLM_KWARGS, REPO, run_llm
+from vllm_helpers import LLM_KWARGS, REPO, build_dspark_models, run_llm
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 from vllm_spark2_5_plugin.tools.quantize_fp8 import (
@@ -285,6 +285,30 @@ def test_vllm_keeps_the_draft_and_ignored_layers_unquantized(pair):
         assert not should_ignore_layer(name, q.ignore, fused), name
     for name in unquantized:
         assert should_ignore_layer(name, q.ignore, fused), name
+
+
+def test_dspark_draft_loads_from_the_fp8_checkpoint(pair, world):
+    """vLLM builds and loads the draft from the FP8 checkpoint as its DSpark
+    runner does: the quantization method adds KV-cache and query scales to
+    every attention layer, which the checkpoint does not carry (vLLM then
+    uses 1.0); the draft's own tensors, unquantized, load byte for byte."""
+    _, dst = pair
+    _, _, target, draft = build_dspark_models(dst, 4)
+    main_proj = draft.model.main_proj
+    assert main_proj.quant_config is not None  # loaded as a quantized model
+    assert type(main_proj.quant_method).__name__ == "UnquantizedLinearMethod"
+    # The method that adds (and after loading, drops) the scales.
+    for layer in draft.model.layers:
+        method = layer.self_attn.attn.quant_method
+        assert "KVCacheMethod" in type(method).__name__, type(method)
+    tensors = _tensors(dst)
+    params = dict(draft.named_parameters())
+    norm = params["model.main_norm.weight"]
+    assert _same_bytes(
+        norm.data, tensors[DRAFT_PREFIX + "main_norm.weight"].to(norm.dtype)
+    )
+    target_norm = dict(target.named_parameters())["model.norm.weight"]
+    assert not torch.equal(norm.data, target_norm.data)
 
 
 # -- served by vLLM (CPU build) ---------------------------------------------------

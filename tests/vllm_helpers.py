@@ -52,6 +52,59 @@ def run_llm(
     return outputs, metrics
 
 
+def build_dspark_models(path: Path, num_speculative_tokens: int, **model_kwargs):
+    """``(vllm_config, speculative_config, target, draft)`` of a DSpark
+    checkpoint, built and loaded by vLLM's model loader on CPU (float32,
+    eager) as its DSpark runner does, the target's embedding and LM head shared
+    with the draft. Needs the single-process distributed world initialised."""
+    import pytest
+    import torch
+    from vllm.config import (
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.model_loader import get_model
+    from vllm.v1.worker.gpu.spec_decode.eagle.utils import (
+        _should_share,
+        get_target_lm_head,
+        maybe_share_target_embed,
+    )
+
+    target_config = ModelConfig(
+        model=str(path),
+        **{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
+        | model_kwargs,
+    )
+    parallel = ParallelConfig()
+    spec = SpeculativeConfig(
+        method="dspark",
+        num_speculative_tokens=num_speculative_tokens,
+        target_model_config=target_config,
+        target_parallel_config=parallel,
+    )
+    # VllmConfig refuses DSpark on CPU ("Model Runner V1 does not support"), so
+    # the validated speculative config is attached afterwards.
+    vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
+    vllm_config.speculative_config = spec
+    with (
+        set_current_vllm_config(vllm_config),
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
+        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
+        target = get_model(vllm_config=vllm_config, model_config=target_config)
+        draft = get_model(vllm_config=vllm_config, model_config=spec.draft_model_config)
+    # The tail of vLLM's load_dspark_model: share the target's embed / LM head.
+    maybe_share_target_embed(draft, draft.model, target.model)
+    target_head = get_target_lm_head(target, target)
+    if _should_share(draft, "has_own_lm_head", draft.lm_head, target_head):
+        draft.lm_head = target_head
+    return vllm_config, spec, target, draft
+
+
 def greedy_generate(
     model: str | Path,
     prompts: Sequence[Sequence[int]],

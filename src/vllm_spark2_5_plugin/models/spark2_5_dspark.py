@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
+from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
@@ -377,6 +378,7 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             return (self._draft_prefix or "") + name.removeprefix("model.")
 
         policy = self._load_policy()
+        kv_scales = self._kv_cache_scale_names()
         check = WeightCheck(
             self,
             draft_tensors(self.config, self.settings),
@@ -394,10 +396,22 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         )
         if check.enabled:
             check.finish(loaded, header=header)
-        elif missing := sorted(set(dict(self.named_parameters())) - loaded):
+        elif missing := sorted(set(dict(self.named_parameters())) - loaded - kv_scales):
             # Quantised: other tensor names, so only vLLM's loaded set is known.
             raise ValueError(f"{header}: {missing}")
         return loaded
+
+    def _kv_cache_scale_names(self) -> set[str]:
+        """Parameters a quantization method adds to the attention layers (the
+        KV-cache and query scales of compressed-tensors, fp8): checkpoints
+        carry them only when they calibrated them, and vLLM falls back to 1.0
+        otherwise, so the draft does not require them either."""
+        return {
+            f"{name}.{param}"
+            for name, module in self.named_modules()
+            if isinstance(module, Attention)
+            for param, _ in module.named_parameters()
+        }
 
 
 __all__ = ["Spark2_5DSparkForCausalLM", "Spark2_5DSparkModel"]
