@@ -78,8 +78,12 @@ class Built:
     ref: DSparkReference
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
-def built(request, world, tmp_path_factory) -> Built:
+def build(
+    path: Path, max_model_len: int = 256, hybrid_kv_cache_manager: bool = False
+) -> Built:
+    """Target and draft of the checkpoint at ``path``, built as the worker
+    builds them. vLLM disables the hybrid KV-cache manager on CPU;
+    ``hybrid_kv_cache_manager=True`` builds as on a GPU, where it is on."""
     from vllm.config import (
         ModelConfig,
         ParallelConfig,
@@ -94,13 +98,11 @@ def built(request, world, tmp_path_factory) -> Built:
         maybe_share_target_embed,
     )
 
-    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
-
-    path = make_tiny_checkpoint(
-        tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
-    )
     target_config = ModelConfig(
-        model=str(path), dtype="float32", max_model_len=256, enforce_eager=True
+        model=str(path),
+        dtype="float32",
+        max_model_len=max_model_len,
+        enforce_eager=True,
     )
     parallel = ParallelConfig()
     spec = SpeculativeConfig(
@@ -113,6 +115,8 @@ def built(request, world, tmp_path_factory) -> Built:
     # the validated speculative config is attached afterwards.
     vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
     vllm_config.speculative_config = spec
+    if hybrid_kv_cache_manager:
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
     with (
         set_current_vllm_config(vllm_config),
         pytest.MonkeyPatch.context() as mp,
@@ -128,6 +132,16 @@ def built(request, world, tmp_path_factory) -> Built:
         draft.lm_head = target_head
     ref = DSparkReference.from_checkpoint(path)
     return Built(path, vllm_config, spec, target, draft, ref)
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def built(request, world, tmp_path_factory) -> Built:
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(
+        tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
+    )
+    return build(path)
 
 
 # ---------------------------------------------------------------------------
@@ -474,9 +488,10 @@ def test_context_kv_skips_padding_slots_and_dummy_runs(built: Built):
     assert all(not cache.any() for cache in step.caches)
 
 
-def test_block_forward_and_base_logits_match_reference(built: Built):
-    # Request 1 is longer than the draft window (16, or 5 for the narrow
-    # config), so sliding layers must drop its oldest context keys.
+def check_block_forward_and_base_logits(built: Built) -> None:
+    """The block's hidden states and base logits against the reference, for
+    a request shorter and one longer than the draft window (16, or 5 for the
+    narrow config), so sliding layers must drop the latter's oldest keys."""
     step = DraftStep(built, context_lens=[7, 22])
     step.store_context()
     anchors = [3, 101]
@@ -511,6 +526,10 @@ def test_block_forward_and_base_logits_match_reference(built: Built):
             kv_cache, step.table, 1, torch.arange(22, 22 + BLOCK), head_dim
         )
         assert k.abs().sum() > 0
+
+
+def test_block_forward_and_base_logits_match_reference(built: Built):
+    check_block_forward_and_base_logits(built)
 
 
 def test_cuda_graph_padding_requests_leave_real_requests_exact(built: Built):
@@ -586,7 +605,8 @@ def test_full_draft_layers_stay_full_under_an_all_sliding_target(
     """vLLM gives every layer that declares no window of its own the
     model-level ``CacheConfig.sliding_window``, which it sets when all target
     layers slide. The draft's full layers must still be full: no window in
-    the attention layer, a full-attention KV-cache spec."""
+    the attention layer, a full-attention KV-cache spec; sliding layers
+    declare the window the draft chose (full included) and read their own."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
@@ -609,8 +629,15 @@ def test_full_draft_layers_stay_full_under_an_all_sliding_target(
             assert attn.sliding_window is None
             assert type(spec) is FullAttentionSpec, spec
         else:
-            assert attn.sliding_window == built.draft.settings.sliding_window
-            assert type(spec) is SlidingWindowSpec, spec
+            window = built.draft.settings.sliding_window
+            assert layer.self_attn.sliding_window == window  # the kernel's
+            declared = draft.kv_cache_choice.window
+            assert attn.sliding_window == declared
+            if declared is None:
+                assert type(spec) is FullAttentionSpec, spec
+            else:
+                assert type(spec) is SlidingWindowSpec, spec
+                assert spec.sliding_window == declared >= window
 
 
 def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):
