@@ -27,8 +27,9 @@ What the draft's sliding layers could declare to vLLM (``Attention``'s
 For reference each layout also shows the target alone, the user-side switch
 ``--disable-hybrid-kv-cache-manager`` and ``as is`` charged without padding.
 The report ends with a summary, the rule proposed in
-``benchmarks/kv_cache_grouping.md`` and a cross-check against the capacity
-vLLM logged for the small preset on the H200.
+``benchmarks/kv_cache_grouping.md``, what the plugin declares with that rule
+(``configs/kv_cache_window.py``, before/after) and a cross-check against the
+capacity vLLM logged for the small preset on the H200.
 
     .venv/bin/python benchmarks/kv_cache_grouping.py [--timing] [--from-model]
 
@@ -422,7 +423,8 @@ def recommend(layout: Layout, vllm_config) -> tuple[str, list]:
     holds all L tokens, so the overhead is the one at W, and beyond W it moves
     monotonically to the one at the longest request, so the larger of the two
     is the worst case over all lengths. The rule picks the smallest worst
-    case, then the smaller sum of the two, fewer groups, ``OPTIONS`` order.
+    case, then the smaller sum of the two, ``as is`` on a tie, then fewer
+    groups, ``OPTIONS`` order.
     """
     base = group(vllm_config, layer_specs(layout, None))
     lengths = (layout.window, layout.max_positions)
@@ -443,7 +445,13 @@ def recommend(layout: Layout, vllm_config) -> tuple[str, list]:
         ranked.append((option, len(g.groups), overhead))
     pick = min(
         (r for r in ranked if r[2] is not None),
-        key=lambda r: (max(r[2]), sum(r[2]), r[1], OPTIONS.index(r[0])),
+        key=lambda r: (
+            round(max(r[2]), 9),
+            round(sum(r[2]), 9),
+            r[0] != "as is",  # another declaration only if it saves memory
+            r[1],
+            OPTIONS.index(r[0]),
+        ),
     )
     return pick[0], ranked
 
@@ -586,6 +594,64 @@ def print_summary(summary: list) -> None:
             cells = [pct(u.bytes, b.bytes) for u, b in zip(usage, base, strict=True)]
         print(
             f"| {name} | {option} | {groups} | {padding} | " + " | ".join(cells) + " |"
+        )
+
+
+# ---------------------------------------------------------------------------
+# What the plugin declares (configs/kv_cache_window.py)
+# ---------------------------------------------------------------------------
+
+PLUGIN_OPTIONS = {"as is": "as is", "full": "SW->full", "target window": "SW->target W"}
+
+
+def plugin_choice(layout: Layout):
+    """``draft_kv_cache_window`` for ``layout`` with the hybrid manager on."""
+    from vllm_spark2_5_plugin.configs.kv_cache_window import draft_kv_cache_window
+    from vllm_spark2_5_plugin.names import FULL as FULL_TYPE
+    from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
+
+    types = {SLIDING: SLIDING_TYPE, FULL: FULL_TYPE}
+    return draft_kv_cache_window(
+        target_layer_types=[types[k] for k in layout.target],
+        target_window=layout.window,
+        draft_layer_types=[types[k] for k in layout.draft],
+        draft_window=layout.draft_window,
+        num_speculative_tokens=layout.num_spec,
+        block_size=BLOCK_SIZE,
+        max_model_len=layout.max_positions,
+    )
+
+
+def print_plugin_choice(vllm_config, layouts: list[Layout]) -> None:
+    """Before (``as is``) and after (the plugin's declaration): KV cache one
+    request holds, and whether the plugin's closed form picks what the rule
+    picks from vLLM's measured numbers."""
+    header = " | ".join(f"L={n}" for n in LENGTHS)
+    print(
+        "\n## What the plugin declares (configs/kv_cache_window.py)\n\nKV cache "
+        "one request holds, before (declaring W_d) -> after (the plugin's "
+        "declaration), with the hybrid manager on\n\n"
+        f"| layout | plugin declares | = rule above | groups | {header} |\n"
+        "|---|---|---|---|" + "---|" * len(LENGTHS)
+    )
+    for layout in layouts:
+        option = PLUGIN_OPTIONS[plugin_choice(layout).option]
+        pick, _ = recommend(layout, vllm_config)
+        before = group(vllm_config, layer_specs(layout, "as is"))
+        after = group(vllm_config, layer_specs(layout, option))
+        cells = []
+        for n in LENGTHS:
+            a = request_usage(vllm_config, before, n, layout.num_spec).bytes
+            b = request_usage(vllm_config, after, n, layout.num_spec).bytes
+            cells.append(
+                fmt_size(a)
+                if a == b
+                else f"{fmt_size(a)} -> {fmt_size(b)} ({pct(b, a)})"
+            )
+        groups = f"{len(before.groups)} -> {len(after.groups)}"
+        print(
+            f"| {layout.name} | {option} | {'yes' if pick == option else '**no**'} "
+            f"| {groups} | " + " | ".join(cells) + " |"
         )
 
 
@@ -813,10 +879,9 @@ def main() -> None:
             report_layout(layout, vllm_config, args.timing, summary)
     if summary:
         print_summary(summary)
-        print_recommendations(
-            vllm_config,
-            [x for x in LAYOUTS if args.layouts is None or x.name in args.layouts],
-        )
+        chosen = [x for x in LAYOUTS if args.layouts is None or x.name in args.layouts]
+        print_recommendations(vllm_config, chosen)
+        print_plugin_choice(vllm_config, chosen)
     if args.layouts is None:
         print_h200_crosscheck(vllm_config)
     if args.from_model:

@@ -79,6 +79,22 @@ class Built:
     ref: DSparkReference
 
 
+def build(
+    path: Path, max_model_len: int = 256, hybrid_kv_cache_manager: bool = False
+) -> Built:
+    """Target and draft of the checkpoint at ``path``, built as the worker
+    builds them. vLLM disables the hybrid KV-cache manager on CPU;
+    ``hybrid_kv_cache_manager=True`` builds as on a GPU, where it is on."""
+    vllm_config, spec, target, draft = build_dspark_models(
+        path,
+        BLOCK,
+        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        max_model_len=max_model_len,
+    )
+    ref = DSparkReference.from_checkpoint(path)
+    return Built(path, vllm_config, spec, target, draft, ref)
+
+
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def built(request, world, tmp_path_factory) -> Built:
     from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
@@ -86,9 +102,7 @@ def built(request, world, tmp_path_factory) -> Built:
     path = make_tiny_checkpoint(
         tmp_path_factory.mktemp(request.param), seed=3, **CONFIGS[request.param]
     )
-    vllm_config, spec, target, draft = build_dspark_models(path, BLOCK)
-    ref = DSparkReference.from_checkpoint(path)
-    return Built(path, vllm_config, spec, target, draft, ref)
+    return build(path)
 
 
 # ---------------------------------------------------------------------------
@@ -435,9 +449,10 @@ def test_context_kv_skips_padding_slots_and_dummy_runs(built: Built):
     assert all(not cache.any() for cache in step.caches)
 
 
-def test_block_forward_and_base_logits_match_reference(built: Built):
-    # Request 1 is longer than the draft window (16, or 5 for the narrow
-    # config), so sliding layers must drop its oldest context keys.
+def check_block_forward_and_base_logits(built: Built) -> None:
+    """The block's hidden states and base logits against the reference, for
+    a request shorter and one longer than the draft window (16, or 5 for the
+    narrow config), so sliding layers must drop the latter's oldest keys."""
     step = DraftStep(built, context_lens=[7, 22])
     step.store_context()
     anchors = [3, 101]
@@ -472,6 +487,10 @@ def test_block_forward_and_base_logits_match_reference(built: Built):
             kv_cache, step.table, 1, torch.arange(22, 22 + BLOCK), head_dim
         )
         assert k.abs().sum() > 0
+
+
+def test_block_forward_and_base_logits_match_reference(built: Built):
+    check_block_forward_and_base_logits(built)
 
 
 def test_cuda_graph_padding_requests_leave_real_requests_exact(built: Built):
@@ -547,7 +566,8 @@ def test_full_draft_layers_stay_full_under_an_all_sliding_target(
     """vLLM gives every layer that declares no window of its own the
     model-level ``CacheConfig.sliding_window``, which it sets when all target
     layers slide. The draft's full layers must still be full: no window in
-    the attention layer, a full-attention KV-cache spec."""
+    the attention layer, a full-attention KV-cache spec; sliding layers
+    declare the window the draft chose (full included) and read their own."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
@@ -570,8 +590,15 @@ def test_full_draft_layers_stay_full_under_an_all_sliding_target(
             assert attn.sliding_window is None
             assert type(spec) is FullAttentionSpec, spec
         else:
-            assert attn.sliding_window == built.draft.settings.sliding_window
-            assert type(spec) is SlidingWindowSpec, spec
+            window = built.draft.settings.sliding_window
+            assert layer.self_attn.sliding_window == window  # the kernel's
+            declared = draft.kv_cache_choice.window
+            assert attn.sliding_window == declared
+            if declared is None:
+                assert type(spec) is FullAttentionSpec, spec
+            else:
+                assert type(spec) is SlidingWindowSpec, spec
+                assert spec.sliding_window == declared >= window
 
 
 def test_sliding_layer_ignores_context_keys_outside_its_window(built: Built):

@@ -25,6 +25,8 @@ INTERNAL_NAMES = {
     "qwen3_dspark",
     ".kv_cache",  # the attention layer's cache tensor
     ".impl",  # the attention backend implementation
+    "_get_kv_cache_groups_uniform_page_size",
+    "get_num_skipped_tokens",
 }
 INTERNAL_ATTRIBUTES = {
     ("ModelRegistry", "models"),
@@ -68,6 +70,15 @@ BREAKAGES = {
     "custom_op_dispatch": (
         "vllm.model_executor.custom_op.CustomOp.dispatch_forward",
         lambda self: None,
+    ),
+    "kv_cache_group_size": (
+        "vllm.v1.core.kv_cache_utils._get_kv_cache_groups_uniform_page_size",
+        lambda kv_cache_spec: [],
+    ),
+    "sliding_window_freed_blocks": (
+        "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager"
+        ".get_num_skipped_tokens",
+        lambda self, num_computed_tokens: max(0, num_computed_tokens - 1),
     ),
     "kv_cache_layout": (
         "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",

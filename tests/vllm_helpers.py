@@ -52,11 +52,18 @@ def run_llm(
     return outputs, metrics
 
 
-def build_dspark_models(path: Path, num_speculative_tokens: int, **model_kwargs):
+def build_dspark_models(
+    path: Path,
+    num_speculative_tokens: int,
+    hybrid_kv_cache_manager: bool = False,
+    **model_kwargs,
+):
     """``(vllm_config, speculative_config, target, draft)`` of a DSpark
     checkpoint, built and loaded by vLLM's model loader on CPU (float32,
     eager) as its DSpark runner does, the target's embedding and LM head shared
-    with the draft. Needs the single-process distributed world initialised."""
+    with the draft. Needs the single-process distributed world initialised.
+    vLLM disables the hybrid KV-cache manager on CPU;
+    ``hybrid_kv_cache_manager=True`` builds as on a GPU, where it is on."""
     import pytest
     import torch
     from vllm.config import (
@@ -89,6 +96,8 @@ def build_dspark_models(path: Path, num_speculative_tokens: int, **model_kwargs)
     # the validated speculative config is attached afterwards.
     vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
     vllm_config.speculative_config = spec
+    if hybrid_kv_cache_manager:
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
     with (
         set_current_vllm_config(vllm_config),
         pytest.MonkeyPatch.context() as mp,

@@ -52,6 +52,7 @@ from vllm.model_executor.models.utils import (
 from vllm.sequence import IntermediateTensors
 
 from vllm_spark2_5_plugin import vllm_seam
+from vllm_spark2_5_plugin.configs.kv_cache_window import SAME_WINDOW, KVCacheWindow
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.models.weight_checks import (
     TARGET_HINTS,
@@ -115,6 +116,13 @@ class Spark2_5LayerSpec:
     ``layer_type`` picks the RoPE parameters and, for sliding layers, the
     window ``sliding_window`` (a query at t sees keys t-W+1 .. t). The target
     takes both from config.json; the DSpark draft brings its own.
+
+    ``kv_cache_window`` is the window a sliding layer declares to vLLM's
+    KV-cache manager: ``"same"`` (the default) declares ``sliding_window``,
+    None a full cache, an int that window (never below ``sliding_window``).
+    It decides which cache blocks vLLM keeps and how it groups the layers,
+    not what the layer computes; the DSpark draft picks it per layout
+    (:mod:`vllm_spark2_5_plugin.configs.kv_cache_window`).
     """
 
     config: Spark2_5Config
@@ -122,6 +130,22 @@ class Spark2_5LayerSpec:
     sliding_window: int | None
     cache_config: CacheConfig | None = None
     quant_config: QuantizationConfig | None = None
+    kv_cache_window: KVCacheWindow = SAME_WINDOW
+
+
+def declared_kv_cache_window(spec: Spark2_5LayerSpec) -> int | None:
+    """The window a layer built from ``spec`` declares to vLLM (None: full)."""
+    if spec.layer_type != SLIDING:
+        return None
+    if spec.kv_cache_window == SAME_WINDOW:
+        return spec.sliding_window
+    declared = spec.kv_cache_window
+    if declared is not None and declared < spec.sliding_window:
+        raise ValueError(
+            f"a sliding layer reading {spec.sliding_window} tokens cannot declare "
+            f"a {declared}-token KV-cache window: vLLM would free blocks it reads"
+        )
+    return declared
 
 
 class Spark2_5Attention(nn.Module):
@@ -152,6 +176,7 @@ class Spark2_5Attention(nn.Module):
         self.layer_type = spec.layer_type
         sliding = spec.layer_type == SLIDING
         self.sliding_window = spec.sliding_window if sliding else None
+        self.kv_cache_window = declared_kv_cache_window(spec)
 
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
@@ -195,11 +220,11 @@ class Spark2_5Attention(nn.Module):
             num_kv_heads=self.num_kv_heads,
             cache_config=(
                 spec.cache_config
-                if sliding
+                if sliding and spec.kv_cache_window is not None
                 else vllm_seam.full_attention_cache_config(spec.cache_config)
             ),
             quant_config=quant_config,
-            per_layer_sliding_window=self.sliding_window,
+            per_layer_sliding_window=self.kv_cache_window,
             prefix=f"{prefix}.attn",
         )
 

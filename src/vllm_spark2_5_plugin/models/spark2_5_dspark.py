@@ -47,6 +47,11 @@ from vllm.model_executor.models.utils import (
 
 from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
+from vllm_spark2_5_plugin.configs.kv_cache_window import (
+    SAME_WINDOW,
+    KVCacheWindow,
+    choose_draft_kv_cache_window,
+)
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.models.dspark_layers import (
     DSparkConfidenceHead,
@@ -63,7 +68,7 @@ from vllm_spark2_5_plugin.models.weight_checks import (
     WeightCheck,
     draft_tensors,
 )
-from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME, SLIDING
 
 logger = init_logger("vllm.spark2_5_plugin.dspark")
 
@@ -81,7 +86,8 @@ class Spark2_5DSparkModel(nn.Module):
     ``embed_tokens`` is the target's (aliased in by vLLM's DSpark loader);
     draft layer ``j`` registers its attention as
     ``{prefix}.layers.{num_target_layers + j}`` so its KV-cache name never
-    collides with a target layer's.
+    collides with a target layer's. Sliding layers declare ``kv_cache_window``
+    to vLLM's KV-cache manager and read ``settings.sliding_window``.
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class Spark2_5DSparkModel(nn.Module):
         config: Spark2_5Config,
         settings: DSparkSettings,
         start_layer_id: int,
+        kv_cache_window: KVCacheWindow = SAME_WINDOW,
         prefix: str = "",
     ) -> None:
         super().__init__()
@@ -119,6 +126,7 @@ class Spark2_5DSparkModel(nn.Module):
                     settings.sliding_window,
                     cache_config,
                     quant_config,
+                    kv_cache_window=kv_cache_window,  # sliding layers only
                 ),
                 prefix=maybe_prefix(prefix, f"layers.{start_layer_id + j}"),
             )
@@ -220,11 +228,21 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             target_hidden_size=target_config.hidden_size,
             target_vocab_size=target_config.vocab_size,
         )
+        # What the sliding layers tell vLLM's KV-cache manager: the layout's
+        # cheapest grouping (their kernel reads settings.sliding_window).
+        self.kv_cache_choice = choose_draft_kv_cache_window(vllm_config, self.settings)
+        if SLIDING in self.settings.layer_types:
+            logger.info_once(
+                "%s: %s",
+                PLUGIN_NAME,
+                self.kv_cache_choice.describe(self.settings.sliding_window),
+            )
         self.model = Spark2_5DSparkModel(
             vllm_config=vllm_config,
             config=self.config,
             settings=self.settings,
             start_layer_id=num_target_layers,
+            kv_cache_window=self.kv_cache_choice.window,
             prefix=maybe_prefix(prefix, "model"),
         )
         self.lm_head: nn.Module | None = None  # shared from the target

@@ -19,11 +19,13 @@ Everything beyond that lives here, one function per assumption:
   backend's KV write and a layer's fp8 KV-cache dtype and scales;
 * vLLM's DSpark Markov and confidence heads (defined in its Qwen3 DSpark
   model module), and the choice of a ``CustomOp``'s kernel (the draft, which
-  is not compiled, runs vLLM's fused kernels).
+  is not compiled, runs vLLM's fused kernels);
+* two rules of the hybrid KV-cache manager, mirrored as arithmetic: the size
+  of a KV-cache group and the blocks a sliding-window group frees.
 
 The package has one module per area (``registries``, ``config_hooks``,
-``attention``, ``dspark``) and ``hooks`` for the checking machinery; callers
-import this package and use the names it re-exports.
+``attention``, ``dspark``, ``kv_cache``) and ``hooks`` for the checking
+machinery; callers import this package and use the names it re-exports.
 
 Each assumption is also a :class:`HookPoint` in :data:`HOOK_POINTS`;
 :func:`check_hook_points` verifies them all against the running vLLM, so a
@@ -58,6 +60,10 @@ from vllm_spark2_5_plugin.vllm_seam.hooks import (
     check_hook_points,
     require_hook_points,
 )
+from vllm_spark2_5_plugin.vllm_seam.kv_cache import (
+    kv_cache_group_size,
+    sliding_window_freed_blocks,
+)
 from vllm_spark2_5_plugin.vllm_seam.registries import (
     forget_resolved_tool_parser,
     register_config_class,
@@ -79,6 +85,7 @@ __all__ = [
     "dspark_heads",
     "forget_resolved_tool_parser",
     "full_attention_cache_config",
+    "kv_cache_group_size",
     "kv_cache_quant",
     "layer_kv_cache",
     "paged_attention_inputs",
@@ -87,6 +94,7 @@ __all__ = [
     "registered_model_module",
     "registered_tool_parser_module",
     "require_hook_points",
+    "sliding_window_freed_blocks",
     "split_kv_cache",
     "use_platform_kernels",
     "wrap_speculative_update_arch",
