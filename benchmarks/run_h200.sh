@@ -78,7 +78,8 @@ serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MO
   run "serve-$1" python3 benchmarks/bench_serving_matrix.py /tmp/tiny \
     --work-dir "/tmp/matrix-$1" --report-dir "$OUT/serve-$1" \
     --modes ${SERVE_MODES:-baseline dspark} --shapes decode --concurrencies 1 64 \
-    --max-model-len 2048 --point-seconds 15 --serve-args "$2"
+    --max-model-len 2048 --point-seconds 15 --serve-args "$2" \
+    --port "${SERVE_PORT:-8000}"
 }
 
 for stage in "$@"; do
