@@ -396,7 +396,6 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             return (self._draft_prefix or "") + name.removeprefix("model.")
 
         policy = self._load_policy()
-        kv_scales = self._kv_cache_scale_names()
         check = WeightCheck(
             self,
             draft_tensors(self.config, self.settings),
@@ -414,12 +413,14 @@ class Spark2_5DSparkForCausalLM(nn.Module):
         )
         if check.enabled:
             check.finish(loaded, header=header)
-        elif missing := sorted(set(dict(self.named_parameters())) - loaded - kv_scales):
+        else:
             # Quantised: other tensor names, so only vLLM's loaded set is known.
-            raise ValueError(f"{header}: {missing}")
+            required = set(dict(self.named_parameters())) - self._kv_cache_scales()
+            if missing := sorted(required - loaded):
+                raise ValueError(f"{header}: {missing}")
         return loaded
 
-    def _kv_cache_scale_names(self) -> set[str]:
+    def _kv_cache_scales(self) -> set[str]:
         """Parameters a quantization method adds to the attention layers (the
         KV-cache and query scales of compressed-tensors, fp8): checkpoints
         carry them only when they calibrated them, and vLLM falls back to 1.0
