@@ -24,6 +24,15 @@
 #               the draft on vLLM's kernels (kernels, as shipped), DSpark with
 #               its RMSNorm/RoPE/GELU as plain PyTorch (native, the state
 #               before) and no speculation (target)
+#   small-train the ~1B "small" target (+ its Llama twin) with a trained draft:
+#               /tmp/small, /tmp/small-llama, /tmp/small-dspark (about 4 minutes)
+#   small-serve that checkpoint served, both shapes, SMALL_MODES (default
+#               "baseline dspark") at SMALL_CONCURRENCIES (default "1 64");
+#               points already measured in /tmp/matrix-small are kept
+#   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
+#               order LLAMA_ORDER (default "baseline intree"), into
+#               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
+#               64 on the model named by LLAMA_PROFILE (spark or llama, or none)
 #
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
@@ -82,6 +91,18 @@ serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MO
     --port "${SERVE_PORT:-8000}"
 }
 
+small_train() {  # the trained checkpoint of benchmarks/dspark_serving_h200.md
+  [ -d /tmp/small-llama ] || { rm -rf /tmp/small; run small-make python3 -m \
+    vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small --in-tree llama; }
+  run small-train spark2_5-train-dspark /tmp/small /tmp/small-dspark --overwrite \
+    --device cuda --dtype bfloat16 --continuations vllm --vllm-dtype bfloat16 \
+    --vllm-gpu-memory-utilization 0.5 --num-prompts 512 --eval-prompts 16 \
+    --prompt-len 64 --gen-len 256 --steps 2000 --lr 5e-4 --warmup 100 \
+    --batch-anchors 256 --anchors-per-seq 32 --init-draft target --log-every 200 \
+    --save-sequences /tmp/small-seqs.json
+  cp /tmp/small-dspark/train_dspark.json "$OUT/" 2>/dev/null
+}
+
 for stage in "$@"; do
   case "$stage" in
     kernel)
@@ -132,6 +153,36 @@ for stage in "$@"; do
           --phases offline --label "c1-in$n-$mode" --out "$OUT" \
           --log-dir "/tmp/profile-logs-$mode-$n"
       done
+      ;;
+    small-train) small_train ;;
+    small-serve)
+      [ -d /tmp/small-dspark ] || small_train
+      mkdir -p "$OUT/small-serve"
+      # shellcheck disable=SC2086  # mode and concurrency lists
+      run small-serve python3 benchmarks/bench_serving_matrix.py /tmp/small-dspark \
+        --work-dir /tmp/matrix-small --report-dir "$OUT/small-serve" \
+        --modes ${SMALL_MODES:-baseline dspark} \
+        --concurrencies ${SMALL_CONCURRENCIES:-1 64} --point-seconds 15 \
+        --port "${SERVE_PORT:-8000}"
+      ;;
+    llama-repeat)
+      [ -d /tmp/small-llama ] || small_train
+      tag=${LLAMA_TAG:-1}
+      mkdir -p "$OUT/llama-$tag"
+      # shellcheck disable=SC2086  # mode list
+      run "llama-$tag" python3 benchmarks/bench_serving_matrix.py /tmp/small-dspark \
+        --work-dir "/tmp/llama-$tag" --report-dir "$OUT/llama-$tag" \
+        --modes ${LLAMA_ORDER:-baseline intree} --in-tree-checkpoint /tmp/small-llama \
+        --concurrencies 64 500 --point-seconds 15 --port "${SERVE_PORT:-8000}"
+      case ${LLAMA_PROFILE:-none} in
+        spark) ckpt=/tmp/small ;;
+        llama) ckpt=/tmp/small-llama ;;
+        *) ckpt= ;;
+      esac
+      [ -z "$ckpt" ] || run "profile-c64-${LLAMA_PROFILE}" python3 \
+        benchmarks/profile_decode.py "$ckpt" --concurrency 64 --input-len 1525 \
+        --output-len 400 --phases offline --label "c64-${LLAMA_PROFILE}" \
+        --out "$OUT" --log-dir "/tmp/profile-logs-c64-${LLAMA_PROFILE}"
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
