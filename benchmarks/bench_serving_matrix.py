@@ -226,18 +226,23 @@ def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict:
     return out
 
 
-#: The process group of the last server these scripts started; a server left
-#: behind by a killed command is stopped before the next one starts.
-PID_FILE = Path("/tmp/spark2_5-bench-server.pgid")
+def pid_file(env: dict) -> Path:
+    """Where the process group of the last server these scripts started on
+    the GPUs of ``env`` is kept: a server left behind by a killed command is
+    stopped before the next one starts on the same GPUs. One file per
+    ``CUDA_VISIBLE_DEVICES``, so that runs sharing a machine (one GPU each)
+    never stop each other's servers."""
+    gpus = env.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
+    return Path(f"/tmp/spark2_5-bench-server-gpu{gpus}.pgid")
 
 
-def stop_stale_server() -> None:
-    """Stop the server group recorded in PID_FILE if it still runs (only a
+def stop_stale_server(record: Path) -> None:
+    """Stop the server group recorded in ``record`` if it still runs (only a
     group these scripts started: its leader, if alive, must be `vllm serve`)."""
-    if not PID_FILE.exists():
+    if not record.exists():
         return
     with contextlib.suppress(ValueError, OSError):
-        pgid = int(PID_FILE.read_text().split()[0])
+        pgid = int(record.read_text().split()[0])
         cmdline = Path(f"/proc/{pgid}/cmdline")
         if cmdline.exists() and b"vllm" not in cmdline.read_bytes():
             return
@@ -247,7 +252,7 @@ def stop_stale_server() -> None:
             for _ in range(wait):
                 time.sleep(1)
                 os.killpg(pgid, 0)  # raises once the group is gone
-    PID_FILE.unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
 
 
 class Server:
@@ -269,12 +274,13 @@ class Server:
             *args,
         ]
         self.env = env
+        self.record = pid_file(env)
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
 
     def start(self, timeout: float) -> str | None:
         """Start and wait for /health; return None, or why it failed."""
-        stop_stale_server()
+        stop_stale_server(self.record)
         start = time.perf_counter()
         with open(self.log, "w") as log:
             log.write("$ " + shlex.join(self.cmd) + "\n")
@@ -286,7 +292,7 @@ class Server:
                 env=self.env,
                 start_new_session=True,  # its own group: stopped as a whole below
             )
-        PID_FILE.write_text(f"{self.proc.pid}\n")
+        self.record.write_text(f"{self.proc.pid}\n")
         while time.perf_counter() - start < timeout:
             if self.proc.poll() is not None:
                 return f"server exited with {self.proc.returncode} during start-up"
@@ -313,7 +319,10 @@ class Server:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        PID_FILE.unlink(missing_ok=True)
+        # Only our own record: another server may have replaced it since.
+        with contextlib.suppress(OSError):
+            if self.record.read_text().split()[:1] == [str(self.proc.pid)]:
+                self.record.unlink()
         self.proc = None
 
 
