@@ -26,7 +26,7 @@ from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
 from vllm_spark2_5_plugin.tools.dspark_draft_torch import DSparkDraft, draft_loss
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
-from vllm_spark2_5_plugin.tools.train_dspark import train
+from vllm_spark2_5_plugin.tools.train_dspark import sequences_digest, train
 
 PROMPT_LEN, GEN_LEN, N_TRAIN, N_EVAL = 8, 32, 12, 4
 LAYER_NAMES = [
@@ -255,6 +255,18 @@ def test_same_seed_gives_identical_draft(runs) -> None:
     for name in ta:
         assert torch.equal(ta[name], tb[name]), name
     assert summary_a["loss_curve"] == summary_b["loss_curve"]
+    assert summary_a["sequences_sha256"] == summary_b["sequences_sha256"]
+
+
+def test_summary_names_the_data_it_trained_on(sequences, runs) -> None:
+    _, summary = runs[0]
+    seqs = json.loads(sequences.read_text())["sequences"]
+    digest = summary["sequences_sha256"]
+    assert digest["train"] == sequences_digest(seqs[:N_TRAIN])
+    assert digest["eval"] == sequences_digest(seqs[N_TRAIN : N_TRAIN + N_EVAL])
+    changed = [list(s) for s in seqs[:N_TRAIN]]
+    changed[-1][-1] += 1
+    assert sequences_digest(changed) != digest["train"]
 
 
 def test_written_checkpoint(tiny, runs) -> None:

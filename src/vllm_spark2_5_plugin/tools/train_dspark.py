@@ -10,6 +10,7 @@ checkpoint writing and worked examples: ``docs/dspark_training.md``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -299,7 +300,7 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
         after = checkpoint_acceptance(dst, eval_seqs, plen, dtype, str(device), target)
         times["eval_after_s"] = time.time() - mark
     times["total_s"] = time.time() - t_start
-    return _summary(
+    summary = _summary(
         args,
         cfg,
         init,
@@ -310,6 +311,19 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
         n_params=sum(p.numel() for p in draft.parameters()),
         shape=(n_train, len(seqs[0]), plen),
     )
+    # Two runs that differ tell from these whether their data differed (the
+    # target's continuations) or only the training itself.
+    summary["sequences_sha256"] = {
+        "train": sequences_digest(seqs[:n_train]),
+        "eval": sequences_digest(eval_seqs),
+    }
+    return summary
+
+
+def sequences_digest(seqs: list[list[int]]) -> str:
+    """SHA-256 of token sequences (ids, one sequence per line)."""
+    text = "\n".join(" ".join(map(str, s)) for s in seqs)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _summary(
