@@ -8,6 +8,10 @@
 # Each list runs with its own CUDA_VISIBLE_DEVICES, OUT=$OUT/gpu0|gpu1 and
 # SHARED=1 (neither cleans up the other's processes) and its own server port
 # (SERVE_PORT 8000 / 8100); exits non-zero if either list failed.
+#
+# For correctness stages only: the two lists share the host's CPUs, and an
+# engine starting on one GPU (compile, graph capture) slows a CPU-bound
+# serving benchmark on the other by up to a third. Measure speed alone.
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: run_h200_pair.sh 'STAGES for GPU 0' 'STAGES for GPU 1'" >&2; exit 2; }
 OUT=${OUT:-out}
