@@ -120,6 +120,7 @@ class Recorder:
         self.profiler = None
         self.profile_steps: list[int] = []
         self.enabled = False
+        self.t0 = 0.0  # when the recorded generate() began
         self.activity = "cuda"
 
     def _timed(self, label: str, fn, after=None):
@@ -158,7 +159,13 @@ class Recorder:
             )
             index = len(self.steps)
             self.steps.append(
-                {"end": end, "reqs": reqs, "tokens": tokens, "steady": steady}
+                {
+                    "end": end,
+                    "reqs": reqs,
+                    "tokens": tokens,
+                    "new": new,
+                    "steady": steady,
+                }
             )
             if not steady:
                 return
@@ -221,48 +228,74 @@ class Recorder:
         profiled = set(self.profile_steps)
         # Steady steps outside the profiled window (and one step either side).
         margin = {i + d for i in profiled for d in (-1, 1)}
+        steady = [
+            i
+            for i, step in enumerate(self.steps)
+            if i > 0 and step["steady"] and i not in profiled and i not in margin
+        ]
+        rows = self._rows(steady)
+        out["steady_steps"] = len(rows)
+        if rows:
+            out["median_per_step_ms"] = self._median_breakdown(rows)
+            out["mean_period_ms"] = statistics.fmean(r["period_ms"] for r in rows)
+        # Steps that admit new requests (their prefill, and with DSpark the
+        # draft's context K/V over the prompt): where the extra time to the
+        # first token goes.
+        admitting = [i for i, s in enumerate(self.steps) if s["new"] > 0]
+        rows = self._rows(admitting)
+        out["prefill_steps"] = len(rows)
+        if rows:
+            out["median_prefill_step_ms"] = self._median_breakdown(rows)
+        return out
+
+    def _rows(self, indices: list[int]) -> list[dict[str, float]]:
+        """Per step: its period, the time in each timed call, tokens out."""
         ends = [s["end"] for s in self.steps]
         rows = []
-        for i, step in enumerate(self.steps):
-            if i == 0 or not step["steady"] or i in profiled or i in margin:
-                continue
-            lo, hi = ends[i - 1], ends[i]
-            row = {"period_ms": 1e3 * (hi - lo), "reqs": step["reqs"]}
+        for i in indices:
+            # The first step starts when generate() was called.
+            lo, hi = (ends[i - 1] if i > 0 else self.t0), ends[i]
+            row = {
+                "period_ms": 1e3 * (hi - lo),
+                "reqs": self.steps[i]["reqs"],
+                "scheduled_tokens": self.steps[i]["tokens"],
+            }
             for label, start, end in self.calls:
                 if lo < end <= hi:
                     row[label] = row.get(label, 0.0) + 1e3 * (end - start)
             row["tokens"] = sum(n for t, n in self.tokens if lo < t <= hi)
             rows.append(row)
-        out["steady_steps"] = len(rows)
-        if rows:
-            labels = (
-                "period_ms",
-                "engine_core_step",
-                "schedule",
-                "execute_model",
-                "sample_tokens",
-                "wait",
-                "update_from_output",
-                "process_outputs",
-                "tokens",
-                "reqs",
-            )
-            med = {k: _median([r.get(k, 0.0) for r in rows]) for k in labels}
-            med["engine_core_other"] = max(
-                0.0,
-                med["engine_core_step"]
-                - med["schedule"]
-                - med["execute_model"]
-                - med["sample_tokens"]
-                - med["wait"]
-                - med["update_from_output"],
-            )
-            med["loop_other"] = max(
-                0.0, med["period_ms"] - med["engine_core_step"] - med["process_outputs"]
-            )
-            out["median_per_step_ms"] = med
-            out["mean_period_ms"] = statistics.fmean(r["period_ms"] for r in rows)
-        return out
+        return rows
+
+    @staticmethod
+    def _median_breakdown(rows: list[dict[str, float]]) -> dict[str, float]:
+        labels = (
+            "period_ms",
+            "engine_core_step",
+            "schedule",
+            "execute_model",
+            "sample_tokens",
+            "wait",
+            "update_from_output",
+            "process_outputs",
+            "tokens",
+            "scheduled_tokens",
+            "reqs",
+        )
+        med = {k: _median([r.get(k, 0.0) for r in rows]) for k in labels}
+        med["engine_core_other"] = max(
+            0.0,
+            med["engine_core_step"]
+            - med["schedule"]
+            - med["execute_model"]
+            - med["sample_tokens"]
+            - med["wait"]
+            - med["update_from_output"],
+        )
+        med["loop_other"] = max(
+            0.0, med["period_ms"] - med["engine_core_step"] - med["process_outputs"]
+        )
+        return med
 
 
 def offline_child(args: argparse.Namespace) -> None:
@@ -312,7 +345,7 @@ def offline_child(args: argparse.Namespace) -> None:
     rec.activity = args.profiler_activity
     rec.install(llm)
     rec.enabled = True
-    start = time.perf_counter()
+    start = rec.t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
     rec.enabled = False
@@ -591,6 +624,15 @@ def answer(offline: dict[str, Any], server: dict[str, Any], c: int) -> str:
             f"waiting for the GPU {med['wait']:.1f} ms, update_from_output "
             f"{med['update_from_output']:.1f} ms; output processing/detokenize "
             f"{med['process_outputs']:.1f} ms; {med['tokens']:.0f} tokens per step"
+        )
+    pre = offline.get("median_prefill_step_ms") if med else None
+    if pre:
+        parts.append(
+            f"steps admitting requests ({offline['prefill_steps']}, median "
+            f"{pre['scheduled_tokens']:.0f} tokens): {pre['period_ms']:.1f} ms, of "
+            f"which execute_model {pre['execute_model']:.1f} ms and "
+            f"sample_tokens (with DSpark: the draft's proposal) "
+            f"{pre['sample_tokens']:.1f} ms"
         )
     steady = server.get("steady") or {}
     client = server.get("client") or {}
