@@ -103,6 +103,11 @@ def test_alias_disagreeing_with_canonical_field_is_refused():
             r"dspark_target_layer_ids .* non-empty .* \[\]",
         ),
         (
+            # Never set: a Transformers config has no such attribute at all.
+            {"dspark_target_layer_ids": None},
+            r"dspark_target_layer_ids .* non-empty .* None",
+        ),
+        (
             {"dspark_target_layer_ids": [1, 1]},
             r"dspark_target_layer_ids must not repeat .* \[1, 1\]",
         ),
@@ -158,6 +163,18 @@ def test_alias_disagreeing_with_canonical_field_is_refused():
 def test_bad_settings_raise_value_error_naming_field_and_value(fields, message):
     with pytest.raises(ValueError, match=message):
         read_dspark_settings(dspark_config(**fields))
+
+
+def test_checkpoint_without_any_dspark_field_is_told_how_to_get_a_draft():
+    config = Spark2_5Config(**TINY_CONFIG)
+    with pytest.raises(ValueError, match=r"has no DSpark draft") as info:
+        read_dspark_settings(config)
+    text = str(info.value)
+    assert "dspark_markov_rank, dspark_target_layer_ids" in text
+    assert "spark2_5-train-dspark IN OUT --init-draft target" in text
+    # The aliases alone are a DSpark config: the field-level message follows.
+    with pytest.raises(ValueError, match=r"dspark_markov_rank .* is missing"):
+        read_dspark_settings(Spark2_5Config(**TINY_CONFIG, target_layer_ids=[1]))
 
 
 def test_draft_must_match_target_hidden_and_vocab():
@@ -358,6 +375,22 @@ def test_bad_checkpoint_fails_while_speculative_config_is_built(
     # pydantic reports it as a ValidationError, which is a ValueError.
     with pytest.raises(ValueError, match=message):
         build_spec(path, **spec_fields)
+
+
+def test_dspark_on_a_checkpoint_without_a_draft_is_refused_at_start_up(
+    registered, tiny_checkpoint
+):
+    """The quick start's checkpoint has no draft: ``vllm serve`` with
+    ``--speculative-config`` gets the message, not an AttributeError."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(tiny_checkpoint),
+        max_model_len=256,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 4},
+    )
+    with pytest.raises(ValueError, match=r"has no DSpark draft.*without"):
+        args.create_engine_config()
 
 
 def test_pipeline_parallel_is_refused(registered, dspark_checkpoint):

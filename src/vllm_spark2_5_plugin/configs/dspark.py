@@ -69,6 +69,15 @@ def _missing(config: Any, name: str) -> bool:
     return getattr(config, name, None) is None
 
 
+#: The fields without a default: a checkpoint that sets neither these nor
+#: their aliases has no DSpark draft at all.
+DSPARK_REQUIRED = ("dspark_markov_rank", "dspark_target_layer_ids")
+
+
+def _aliases(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(DSPARK_ALIASES[name] for name in names)
+
+
 def normalize_dspark_config(config: Any) -> None:
     """Rewrite accepted aliases to the canonical ``dspark_*`` fields, in place.
 
@@ -98,7 +107,9 @@ def normalize_dspark_config(config: Any) -> None:
     # Lists, not tuples: the config stays JSON-serialisable and compares equal
     # after a round trip.
     for name in ("dspark_target_layer_ids", "dspark_layer_types"):
-        value = getattr(config, name)
+        # A Transformers config raises AttributeError for a field it never
+        # had; a missing field is reported by read_dspark_settings instead.
+        value = getattr(config, name, None)
         if isinstance(value, tuple):
             setattr(config, name, list(value))
 
@@ -116,6 +127,17 @@ def read_dspark_settings(
     default to the config's own values (the draft config is a copy of the
     target's, so they agree unless a separate draft config was given).
     """
+    if all(
+        _missing(config, name)
+        for name in (*DSPARK_REQUIRED, *_aliases(DSPARK_REQUIRED))
+    ):
+        raise ValueError(
+            "this Spark2_5 checkpoint has no DSpark draft: its config.json sets "
+            f"none of {', '.join(DSPARK_REQUIRED)}. Serve it without "
+            "--speculative-config, or write a copy with a trained draft: "
+            "spark2_5-train-dspark IN OUT --init-draft target (see the "
+            "plugin README, 'Training a draft')"
+        )
     normalize_dspark_config(config)
     num_target_layers = num_target_layers or config.num_hidden_layers
     vocab_size = config.vocab_size
