@@ -7,10 +7,12 @@ program per item each program runs one iteration of that walk; with a
 persistent grid (fewer programs) each runs several. :func:`combine_splits_kernel`
 merges the partial results of a launch with several splits.
 
-With an fp8 (e4m3) cache (``KV_FP8``) the tiles are loaded as fp8, converted
-to q's dtype for ``tl.dot`` (exact: every e4m3 value is an fp16 and a bf16
-value), and the per-tensor scales are applied outside the dot products:
-``q . (k8 * k_scale) * scale == (q . k8) * (scale * k_scale)`` and
+With an fp8 (e4m3) cache (``KV_FP8``) the dot products run in float16
+whatever q's dtype: the tiles are loaded as fp8 and converted to float16 (one
+hardware conversion, exact: every e4m3 value is an fp16 value), q is scaled by
+the softmax scale and rounded to float16 once per tile of queries, and the
+per-tensor scales are applied outside the dot products:
+``(q * scale) . (k8 * k_scale) == ((q * scale) . k8) * k_scale`` and
 ``sum p * (v8 * v_scale) == v_scale * sum p * v8``.
 """
 
@@ -97,11 +99,18 @@ def _scale_value(scale, IN_MEMORY: tl.constexpr):
 
 
 @triton.jit
-def _fp8_to(tile, dtype: tl.constexpr):
-    """An fp8 e4m3 tile in ``dtype`` (float16 or bfloat16), exactly. Through
-    float16 (a hardware conversion on sm_89+): with Triton 3.6's direct e4m3
-    -> bfloat16 conversion the kernel ran 10-17% slower on an H200."""
-    return tile.to(tl.float16).to(dtype)
+def _fp8_rows_to_f16(tile, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """An fp8 e4m3 ``[ROWS, COLS]`` tile as float16, converted in registers.
+
+    For the P.V product, the V tile is read along its rows (the key axis),
+    but the cache stores each row contiguously. An 8-bit operand cannot be
+    transposed by ``ldmatrix``, so Triton would read it from shared memory
+    byte by byte, after it has been converted to the dot-operand layout. The
+    split/join pins the conversion to a register layout. The float16 tile is
+    then transposed on its way to the tensor cores, as a bf16/fp16 tile is.
+    """
+    lo, hi = tl.split(tl.reshape(tile, [ROWS, COLS // 2, 2]))
+    return tl.reshape(tl.join(lo.to(tl.float16), hi.to(tl.float16)), [ROWS, COLS])
 
 
 @triton.jit
@@ -177,8 +186,10 @@ def fixed_history_kernel(
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
 ):
     if KV_FP8:
-        # Dequantize outside the dot products (see the module docstring).
-        qk_scale = qk_scale * _scale_value(k_scale, K_SCALE_IN_MEMORY)
+        # Dequantize outside the dot products (see the module docstring): the
+        # softmax scale goes into q, k_scale multiplies the scores.
+        q_factor = qk_scale
+        qk_scale = _scale_value(k_scale, K_SCALE_IN_MEMORY)
         v_factor = _scale_value(v_scale, V_SCALE_IN_MEMORY)
     # Items in launch order: KV heads fastest, then splits, then requests, so
     # programs that run side by side read the same cache pages (the heads of
@@ -225,6 +236,9 @@ def fixed_history_kernel(
                 mask=row_ok[:, None],
                 other=0.0,
             )
+            if KV_FP8:
+                # float16 q: |q| would need to pass ~5e5 (D = 128) to overflow.
+                q_tile = (q_tile.to(tl.float32) * q_factor).to(tl.float16)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -240,8 +254,8 @@ def fixed_history_kernel(
                     v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
                 )
                 if KV_FP8:
-                    k_tile = _fp8_to(k_tile, q_tile.dtype)
-                    v_tile = _fp8_to(v_tile, q_tile.dtype)
+                    k_tile = k_tile.to(tl.float16)
+                    v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
                 m_i, l_i, acc = _online_softmax_step(
                     q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
                 )

@@ -163,6 +163,41 @@ def plan_launch(
     )
 
 
+def kernel_constants(
+    plan: LaunchPlan,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    page_size: int,
+    has_window: bool,
+    kv_fp8: bool,
+    k_scale_in_memory: bool,
+    v_scale_in_memory: bool,
+    inline_ptx: bool = True,
+) -> dict[str, int | bool]:
+    """The compile-time arguments of :func:`fixed_history_kernel` for ``plan``
+    (also used to compile it ahead of time, ``ops.fixed_history_codegen``)."""
+    group = num_heads // num_kv_heads
+    return dict(
+        NUM_Q_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size,
+        BLOCK_Q=plan.block_q,
+        BLOCK_M=plan.tile_rows(group),
+        BLOCK_N=plan.block_n,
+        NUM_SPLITS=plan.num_splits,
+        HAS_WINDOW=has_window,
+        ASM_PAGE_LOAD=plan.asm_page_load and inline_ptx,
+        PERSISTENT=bool(plan.programs_per_sm),
+        KV_FP8=kv_fp8,
+        K_SCALE_IN_MEMORY=k_scale_in_memory,
+        V_SCALE_IN_MEMORY=v_scale_in_memory,
+    )
+
+
 def launch_kernel(
     q: torch.Tensor,
     kv: PagedKV,
@@ -239,22 +274,19 @@ def launch_kernel(
         *v_cache.stride()[:3],
         *out.stride(),
         block_table.stride(0),
-        NUM_Q_HEADS=num_heads,
-        NUM_KV_HEADS=num_kv_heads,
-        GROUP=num_heads // num_kv_heads,
-        HEAD_DIM=head_dim,
-        PAGE_SIZE=page_size,
-        BLOCK_Q=plan.block_q,
-        BLOCK_M=plan.tile_rows(num_heads // num_kv_heads),
-        BLOCK_N=plan.block_n,
-        NUM_SPLITS=splits,
-        HAS_WINDOW=window is not None,
-        # The interpreter cannot run inline PTX.
-        ASM_PAGE_LOAD=plan.asm_page_load and not interpreting(),
-        PERSISTENT=bool(plan.programs_per_sm),
-        KV_FP8=scales is not None,
-        K_SCALE_IN_MEMORY=isinstance(k_scale, torch.Tensor),
-        V_SCALE_IN_MEMORY=isinstance(v_scale, torch.Tensor),
+        **kernel_constants(
+            plan,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            has_window=window is not None,
+            kv_fp8=scales is not None,
+            k_scale_in_memory=isinstance(k_scale, torch.Tensor),
+            v_scale_in_memory=isinstance(v_scale, torch.Tensor),
+            # The interpreter cannot run inline PTX.
+            inline_ptx=not interpreting(),
+        ),
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

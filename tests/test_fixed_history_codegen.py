@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fixed-history kernel compiled for an H200 (sm_90) on this CPU machine.
+
+Triton compiles for NVIDIA GPUs without one, so CI checks that every launch
+plan the heuristic picks at the benchmark shapes compiles for sm_90 (inline
+PTX included, which the interpreter never runs) and what its machine code
+does with an fp8 cache. Speed itself is measured on the GPU
+(``benchmarks/bench_fixed_history_attention.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_spark2_5_plugin.ops.fixed_history_codegen import compile_for_nvidia
+from vllm_spark2_5_plugin.ops.fixed_history_launch import plan_launch
+
+H200_SMS = 132
+PAGE = 16
+
+#: (requests, context L, draft block B, window W, query heads, KV heads, D):
+#: the five shapes of the kernel benchmark.
+SHAPES = {
+    "many-requests": (64, 8192, 8, 4096, 32, 8, 128),
+    "more-requests": (256, 8192, 8, 4096, 32, 8, 128),
+    "short-window": (256, 2048, 8, 1024, 32, 8, 128),
+    "long-context": (32, 32768, 16, 4096, 32, 4, 128),
+    "head-dim-64": (128, 8192, 8, 4096, 16, 16, 64),
+}
+
+
+def compile_shape(shape, q_dtype: str, kv_dtype: str):
+    reqs, ctx, block, window, heads, kv_heads, head_dim = shape
+    plan = plan_launch(
+        num_tokens=reqs * block,
+        num_reqs=reqs,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_window=window,
+        max_kv_len=-(-(ctx + block) // PAGE) * PAGE,
+        device=torch.device("cuda"),  # the plan for a GPU; nothing runs on it
+        num_sms=H200_SMS,
+    )
+    code = compile_for_nvidia(
+        plan,
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        window=window,
+        page_size=PAGE,
+    )
+    return plan, code
+
+
+@pytest.mark.parametrize("q_dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", SHAPES)
+def test_fp8_cache_is_converted_once_in_registers(name, q_dtype):
+    """With an fp8 cache, V used to reach the tensor cores through one
+    shared-memory byte load per element (``LDS.U8``: an 8-bit operand cannot
+    be transposed by ``ldmatrix``), and with bf16 q every K/V value was
+    converted twice (e4m3 -> fp16 -> bf16, ``F2F.BF16.F16``). Both made the
+    fp8 kernel as slow as the bf16 one on the H200."""
+    plan, code = compile_shape(SHAPES[name], q_dtype, "float8_e4m3fn")
+    assert code.instructions["LDS.U8"] == 0, (plan, code.instructions)
+    assert code.count("F2F") == 0, (plan, code.instructions)
+    # Every K/V element still goes through the hardware e4m3 -> fp16 unpack.
+    assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, (plan, code.instructions)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_bf16_plans_compile_for_sm90_without_byte_loads(name):
+    plan, code = compile_shape(SHAPES[name], "bfloat16", "bfloat16")
+    assert code.count("HMMA") + code.count("HGMMA") > 0, plan
+    assert code.instructions["LDS.U8"] == 0, (plan, code.instructions)
+    assert code.count("F2FP.F16.E4M3") == 0
+    assert 0 < code.registers <= 255
