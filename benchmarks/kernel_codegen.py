@@ -45,6 +45,7 @@ COLUMNS = {
     "LDSM": "LDSM",  # ldmatrix
     "F2FP": "F2FP",  # packed conversions (e4m3 -> fp16, fp32 -> 16-bit)
     "F2F": "F2F",  # scalar conversions
+    "HADD2.F32": None,  # fp16 -> fp32 (Triton 3.7's fp16 -> bf16 goes through it)
     "HMMA": "HMMA",  # mma.sync
     "HGMMA": "HGMMA",  # wgmma
     "STL": "STL",  # stores to local memory (spills)
