@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fixed_history_attention import PAGE, SHAPES  # noqa: E402
 
 from vllm_spark2_5_plugin.ops.fixed_history_codegen import (  # noqa: E402
-    compile_for_nvidia,
+    compile_uniform_batch,
 )
-from vllm_spark2_5_plugin.ops.fixed_history_launch import plan_launch  # noqa: E402
 
 H200_SMS = 132
 #: Column -> SASS opcode (counted with its modifiers, see Codegen.count).
@@ -52,33 +51,9 @@ COLUMNS = {
 }
 
 
-def plan_for(shape):
-    reqs, ctx, block, window, heads, kv_heads, head_dim = shape
-    return plan_launch(
-        num_tokens=reqs * block,
-        num_reqs=reqs,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        sliding_window=window,
-        max_kv_len=-(-(ctx + block) // PAGE) * PAGE,
-        device=torch.device("cuda"),  # the GPU's plan; nothing runs on it
-        num_sms=H200_SMS,
-    )
-
-
 def row(shape, q_dtype, kv_dtype):
-    reqs, _, _, window, heads, kv_heads, head_dim = shape
-    plan = plan_for(shape)
-    code = compile_for_nvidia(
-        plan,
-        q_dtype=q_dtype,
-        kv_dtype=kv_dtype,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        window=window,
-        page_size=PAGE,
+    plan, code = compile_uniform_batch(
+        shape, q_dtype=q_dtype, kv_dtype=kv_dtype, num_sms=H200_SMS, page_size=PAGE
     )
     counts = [
         code.instructions[name] if opcode is None else code.count(opcode)

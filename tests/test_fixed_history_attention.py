@@ -884,18 +884,9 @@ if not _IN_CHILD:
     def _plan_for(shape, device):
         """The plan for a benchmark shape (R, L, B, W, nH, nKV, D), block size
         16, on a GPU with 132 SMs (an H200; no GPU needed)."""
-        r, length, b, w, nh, nkv, d = shape
-        return ops.plan_launch(
-            num_tokens=r * b,
-            num_reqs=r,
-            num_heads=nh,
-            num_kv_heads=nkv,
-            head_dim=d,
-            sliding_window=w,
-            max_kv_len=(-(-(length + b) // 16)) * 16,
-            device=device,
-            num_sms=132,
-        )
+        from vllm_spark2_5_plugin.ops.fixed_history_launch import uniform_batch_plan
+
+        return uniform_batch_plan(shape, device=device, num_sms=132)
 
     @pytest.mark.parametrize(
         "shape,persistent",

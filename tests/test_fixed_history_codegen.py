@@ -11,13 +11,8 @@ does with an fp8 cache. Speed itself is measured on the GPU
 from __future__ import annotations
 
 import pytest
-import torch
 
-from vllm_spark2_5_plugin.ops.fixed_history_codegen import compile_for_nvidia
-from vllm_spark2_5_plugin.ops.fixed_history_launch import plan_launch
-
-H200_SMS = 132
-PAGE = 16
+from vllm_spark2_5_plugin.ops.fixed_history_codegen import compile_uniform_batch
 
 #: (requests, context L, draft block B, window W, query heads, KV heads, D):
 #: the five shapes of the kernel benchmark.
@@ -31,29 +26,8 @@ SHAPES = {
 
 
 def compile_shape(shape, q_dtype: str, kv_dtype: str):
-    reqs, ctx, block, window, heads, kv_heads, head_dim = shape
-    plan = plan_launch(
-        num_tokens=reqs * block,
-        num_reqs=reqs,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        sliding_window=window,
-        max_kv_len=-(-(ctx + block) // PAGE) * PAGE,
-        device=torch.device("cuda"),  # the plan for a GPU; nothing runs on it
-        num_sms=H200_SMS,
-    )
-    code = compile_for_nvidia(
-        plan,
-        q_dtype=q_dtype,
-        kv_dtype=kv_dtype,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        window=window,
-        page_size=PAGE,
-    )
-    return plan, code
+    """The H200's default plan for ``shape`` and its sm_90 code."""
+    return compile_uniform_batch(shape, q_dtype=q_dtype, kv_dtype=kv_dtype)
 
 
 @pytest.mark.parametrize("q_dtype", ["bfloat16", "float16"])

@@ -23,7 +23,11 @@ import shutil
 import subprocess
 import tempfile
 
-from vllm_spark2_5_plugin.ops.fixed_history_launch import LaunchPlan, kernel_constants
+from vllm_spark2_5_plugin.ops.fixed_history_launch import (
+    LaunchPlan,
+    kernel_constants,
+    uniform_batch_plan,
+)
 
 #: Triton's names of the element types a launch passes.
 _POINTER_TYPES = {"float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4nv"}
@@ -157,6 +161,37 @@ def compile_for_nvidia(
         options={"num_warps": plan.num_warps, "num_stages": plan.num_stages},
     )
     return _inspect(compiled.asm["cubin"], compiled.metadata.shared)
+
+
+def compile_uniform_batch(
+    shape: tuple[int, int, int, int | None, int, int, int],
+    *,
+    q_dtype: str,
+    kv_dtype: str,
+    num_sms: int = 132,
+    page_size: int = 16,
+    arch: int = 90,
+) -> tuple[LaunchPlan, Codegen]:
+    """The plan the launch heuristic picks on a GPU with ``num_sms`` SMs (an
+    H200 by default) for ``shape = (R, L, B, W, nH, nKV, D)``, and its code."""
+    import torch
+
+    plan = uniform_batch_plan(
+        shape, device=torch.device("cuda"), num_sms=num_sms, page_size=page_size
+    )
+    _, _, _, window, heads, kv_heads, head_dim = shape
+    code = compile_for_nvidia(
+        plan,
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        window=window,
+        page_size=page_size,
+        arch=arch,
+    )
+    return plan, code
 
 
 def _inspect(cubin: bytes, shared_bytes: int) -> Codegen:

@@ -163,6 +163,31 @@ def plan_launch(
     )
 
 
+def uniform_batch_plan(
+    shape: tuple[int, int, int, int | None, int, int, int],
+    *,
+    device: torch.device,
+    num_sms: int | None = None,
+    page_size: int = 16,
+) -> LaunchPlan:
+    """:func:`plan_launch`'s plan for ``R`` requests of ``L`` cached tokens and
+    ``B`` draft tokens each, ``shape = (R, L, B, W, nH, nKV, D)`` (the form
+    of the benchmark shapes; ``W = None``: full attention), with a block
+    table just long enough for ``L + B`` positions."""
+    reqs, ctx, block, window, heads, kv_heads, head_dim = shape
+    return plan_launch(
+        num_tokens=reqs * block,
+        num_reqs=reqs,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_window=window,
+        max_kv_len=-(-(ctx + block) // page_size) * page_size,
+        device=device,
+        num_sms=num_sms,
+    )
+
+
 def kernel_constants(
     plan: LaunchPlan,
     *,
