@@ -216,7 +216,7 @@ def rel_err(a, b):
 def sweep_grid(block_m, head_dim):
     """Plan changes to time: block-table loads through inline PTX
     (asm_page_load, so the compiler pipelines K/V num_stages - 1 tiles ahead)
-    at several tile sizes and depths, plus the plain-load configuration."""
+    at several tile sizes and depths, plus plain-load configurations."""
     if block_m >= 128:
         grid = []
         tiles = (
@@ -231,7 +231,12 @@ def sweep_grid(block_m, head_dim):
         grid = [dict(block_n=128, num_warps=4, num_stages=3, asm_page_load=False)]
         tiles = ((64, 4, 4), (128, 4, 3), (128, 4, 4), (128, 8, 3), (256, 4, 3))
     else:
-        grid = [dict(block_n=128, num_warps=4, num_stages=2, asm_page_load=False)]
+        grid = [
+            dict(block_n=bn, num_warps=nw, num_stages=2, asm_page_load=False)
+            # 8 warps: with an fp8 cache the 4-warp plan uses all 255 registers
+            # (sm_90 code, benchmarks/kernel_codegen.py); 8 warps need ~196.
+            for bn, nw in ((128, 4), (128, 8), (256, 8))
+        ]
         tiles = (
             (32, 4, 6),
             (64, 4, 3),
