@@ -346,16 +346,8 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         with torch.cuda.graph(g):
             fn()
         t_graph = bench(g.replay)
-    plan = ops.plan_launch(
-        num_tokens=R * B,
-        num_reqs=R,
-        num_heads=nH,
-        num_kv_heads=nKV,
-        head_dim=D,
-        sliding_window=W,
-        max_kv_len=bt.shape[1] * PAGE,
-        device=q.device,
-    )
+    # The plan the kernel launched with (the block table holds L + B).
+    plan = ops.uniform_batch_plan(shape, device=q.device, page_size=PAGE)
     print(
         f"  kernel {t_kernel:.1f} us (graph {t_graph:.1f} us), plan {plan}, "
         f"floor {floor_us:.1f} us, {kv_bytes / t_kernel / 1e6:.2f} TB/s, "

@@ -884,9 +884,7 @@ if not _IN_CHILD:
     def _plan_for(shape, device):
         """The plan for a benchmark shape (R, L, B, W, nH, nKV, D), block size
         16, on a GPU with 132 SMs (an H200; no GPU needed)."""
-        from vllm_spark2_5_plugin.ops.fixed_history_launch import uniform_batch_plan
-
-        return uniform_batch_plan(shape, device=device, num_sms=132)
+        return ops.uniform_batch_plan(shape, device=device, num_sms=132)
 
     @pytest.mark.parametrize(
         "shape,persistent",

@@ -9,6 +9,9 @@
   (``fixed_history_attention(..., reference=True)``; no Triton needed);
 * ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
   ``fixed_history_attention(..., plan=plan)`` to run with another one);
+* ``uniform_batch_plan(shape, device=...)``: ``plan_launch``'s plan for R
+  requests of L cached and B draft tokens each, ``shape = (R, L, B, W, nH,
+  nKV, D)`` (the benchmark shapes);
 * ``sm_count(device)``: the SM count the persistent grid is sized with;
 * what the kernel runs, from ``vllm_spark2_5_plugin.ops.limits`` (pure
   Python): ``SUPPORTED_DTYPES``, ``SUPPORTED_KV_CACHE_DTYPES``,
@@ -38,6 +41,7 @@ __all__ = [
     "fixed_history_attention_reference",
     "plan_launch",
     "sm_count",
+    "uniform_batch_plan",
     "unsupported_dtype_reason",
     "unsupported_head_dim_reason",
     "unsupported_kv_cache_dtype_reason",
@@ -50,6 +54,7 @@ _MODULES = {
     "fixed_history_attention_reference": "fixed_history",
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
+    "uniform_batch_plan": "fixed_history_launch",
 }
 
 if TYPE_CHECKING:
@@ -61,6 +66,7 @@ if TYPE_CHECKING:
         LaunchPlan,
         plan_launch,
         sm_count,
+        uniform_batch_plan,
     )
     from vllm_spark2_5_plugin.ops.limits import (
         FP8_CACHE_DTYPE,
