@@ -39,12 +39,18 @@ Timing: triton.testing.do_bench (CUDA events, L2 flushed before every
 iteration, median). Each baseline's output is checked against the kernel's.
 The speed-up and floor goals were set for the bf16 cache; fp8 rows report the
 same ratios without a verdict. Only the public API of
-``vllm_spark2_5_plugin.ops`` is used.
+``vllm_spark2_5_plugin.ops`` is used, except by ``--baseline-kernel FILE``:
+that also times, in the same process and with the same launch plans, the
+kernels of another version of ``ops/fixed_history_kernel.py`` (e.g.
+``git show REV:src/vllm_spark2_5_plugin/ops/fixed_history_kernel.py >
+FILE``; its kernels must take the same arguments), swapped into the launch
+module for the duration, and prints a before/after table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -82,6 +88,35 @@ K_SCALE, V_SCALE = 1 / 64, 1 / 32
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: --smoke only
 GOAL_SPEEDUP = 10.0
 GOAL_FLOOR_RATIO = 1.35
+
+
+BASELINE = None  # --baseline-kernel: the module holding the other kernels
+
+
+def load_kernels(path):
+    """The module of ``fixed_history_kernel.py`` at ``path``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_fixed_history", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def kernels_from(module):
+    """Launch ``module``'s kernels instead of the package's, for a while."""
+    from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+    names = ("fixed_history_kernel", "combine_splits_kernel")
+    saved = {n: getattr(launch, n) for n in names}
+    try:
+        for n in names:
+            setattr(launch, n, getattr(module, n))
+        yield
+    finally:
+        for n, kernel in saved.items():
+            setattr(launch, n, kernel)
 
 
 def bench(fn, rep=200):
@@ -339,6 +374,28 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     )
     err_ref = rel_err(ref_out[: 2 * B], ref)
     t_kernel = bench(fn)
+    t_base = err_base = float("nan")
+    if BASELINE is not None:
+        base_out = torch.full_like(out, float("nan"))
+        with kernels_from(BASELINE):
+            ops.fixed_history_attention(
+                *(q, k, v, bt, ctx, qsl, W, scale), out=base_out, **scales
+            )
+            err_base = rel_err(base_out, ref_out)
+
+        def baseline():
+            with kernels_from(BASELINE):
+                fn()
+
+        # Alternate, and keep each one's best: drift hits both alike.
+        t_base = bench(baseline)
+        t_kernel = min(t_kernel, bench(fn))
+        t_base = min(t_base, bench(baseline))
+        print(
+            f"  baseline kernel {t_base:.1f} us (rel diff vs kernel "
+            f"{err_base:.2e}); kernel {t_kernel:.1f} us",
+            flush=True,
+        )
     g = None
     t_graph = float("nan")
     if DEVICE == "cuda":
@@ -411,6 +468,8 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         err=err_ref,
         plan=plan,
         sweep=best_sweep,
+        base=t_base,
+        base_err=err_base,
     )
     del raw, q, k, v, bt, ctx, qsl, out, g, scales
     if DEVICE == "cuda":
@@ -452,6 +511,11 @@ def parse_args(argv=None):
         "--kv-cache-dtype auto) and/or fp8 (e4m3 with per-tensor scales); "
         "default both",
     )
+    ap.add_argument(
+        "--baseline-kernel",
+        metavar="FILE",
+        help="also time the kernels of this fixed_history_kernel.py (before/after)",
+    )
     ap.add_argument("--sweep", action="store_true", help="also try tile configs")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
@@ -468,8 +532,10 @@ def parse_args(argv=None):
 
 def main():
     args = parse_args()
-    global SHAPES, DTYPE, LAYOUT
+    global SHAPES, DTYPE, LAYOUT, BASELINE
     LAYOUT = args.layout
+    if args.baseline_kernel:
+        BASELINE = load_kernels(args.baseline_kernel)
     if args.smoke:
         DTYPE = torch.float16  # bf16 is broken under the Triton interpreter
         SHAPES = [(2, 100, 4, 40, 4, 2, 32), (3, 20, 2, 64, 2, 2, 32)]
@@ -523,6 +589,21 @@ def main():
             f"{r['ratio']:.2f} | {r['speedup']:.1f}x | {r['flex_speedup']:.1f}x | "
             f"{r['tbps']:.2f} | {goal_verdict(r)} |"
         )
+    if BASELINE is not None:
+        lines += [
+            "",
+            f"Before/after, same process and launch plans: baseline kernels from "
+            f"`{args.baseline_kernel}`.",
+            "",
+            "| shape (R, L, B, W, nH/nKV/D) | KV dtype | baseline kernel us | "
+            "kernel us | kernel / baseline | baseline rel diff vs kernel |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['name']} | {r['kv']} | {r['base']:.1f} | {r['kernel']:.1f} | "
+            f"{r['kernel'] / r['base']:.2f} | {r['base_err']:.1e} |"
+            for r in rows
+        ]
     table = "\n".join(lines)
     print("\n" + table)
     if args.sweep:

@@ -8,6 +8,9 @@
 #
 # Stages:
 #   kernel      fixed-history kernel: CUDA tests + the five-shape benchmark
+#   kernel-ab   the five shapes, kernel only, against the kernels of the file
+#               KERNEL_BASELINE (an older fixed_history_kernel.py) in the
+#               same process: a before/after on one machine
 #   e2e         DSpark end to end (tests/test_dspark_gpu_e2e.py)
 #   oracle-a    DSpark oracle, the batch-64 runs
 #   oracle-b    DSpark oracle, every other single-GPU run
@@ -109,6 +112,15 @@ for stage in "$@"; do
       run kernel-tests python3 -m pytest -q -rA tests/test_fixed_history_attention.py
       run kernel-bench python3 benchmarks/bench_fixed_history_attention.py \
         --md "$OUT/kernel-bench.md"
+      ;;
+    kernel-ab)
+      if [ -z "${KERNEL_BASELINE:-}" ] || [ ! -f "$KERNEL_BASELINE" ]; then
+        echo "kernel-ab needs KERNEL_BASELINE=<an older fixed_history_kernel.py>" >&2
+        status=1
+      else
+        run kernel-ab python3 benchmarks/bench_fixed_history_attention.py \
+          --kernel-only --baseline-kernel "$KERNEL_BASELINE" --md "$OUT/kernel-ab.md"
+      fi
       ;;
     e2e) run e2e python3 -m pytest -q -rA tests/test_dspark_gpu_e2e.py ;;
     oracle-a) oracle oracle-a "b64 and not tp2" ;;
