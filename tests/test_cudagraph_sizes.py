@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from vllm_spark2_5_plugin.tools.cudagraph_sizes import (
+from vllm_spark2_5_plugin.configs.cudagraph import (
     compilation_config,
+    coverage_hint,
     dspark_capture_sizes,
-    main,
     request_ladder,
 )
+from vllm_spark2_5_plugin.tools.cudagraph_sizes import main
 
 
 @pytest.mark.parametrize(("k", "max_num_seqs"), [(7, 512), (4, 256), (3, 1000), (1, 5)])
@@ -62,3 +63,50 @@ def test_vllm_takes_the_list(capsys):
     assert "--compilation-config '" in out and ">= 4096" in out
     with pytest.raises(SystemExit):
         main(["--num-speculative-tokens", "0", "--max-num-seqs", "512"])
+
+
+def _config(mode, max_size, max_num_seqs, k=7, sizes=None):
+    """What ``coverage_hint`` reads of a resolved VllmConfig; the compilation
+    part is vLLM's own CompilationConfig."""
+    from types import SimpleNamespace
+
+    from vllm.config import CompilationConfig
+    from vllm.config.compilation import CUDAGraphMode
+
+    fields = {} if sizes is None else {"cudagraph_capture_sizes": sizes}
+    compilation = CompilationConfig(
+        cudagraph_mode=getattr(CUDAGraphMode, mode), **fields
+    )
+    compilation.max_cudagraph_capture_size = max_size
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        compilation_config=compilation,
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+    )
+
+
+def test_start_up_hint_when_graphs_stop_short_of_max_num_seqs():
+    """vLLM's default on an H200 (512 tokens) covers 64 requests at K = 7."""
+    hint = coverage_hint(_config("FULL_AND_PIECEWISE", 512, 256))
+    assert hint is not None
+    assert "cover steps of up to 64 requests" in hint
+    assert "max_num_seqs=256" in hint and ">= 2048" in hint
+    sizes = json.loads(hint.split("--compilation-config '")[1].split("'")[0])
+    assert sizes == json.loads(compilation_config(7, 256))
+
+
+@pytest.mark.parametrize(
+    ("mode", "max_size", "max_num_seqs"),
+    [
+        ("FULL_AND_PIECEWISE", 512, 64),  # 64 * 8 = 512: covered
+        ("FULL_AND_PIECEWISE", 4096, 512),  # the tool's own list
+        ("NONE", 512, 256),  # no graphs at all (eager, or the CPU build)
+    ],
+)
+def test_no_hint_when_graphs_cover_the_server_or_are_off(mode, max_size, max_num_seqs):
+    assert coverage_hint(_config(mode, max_size, max_num_seqs)) is None
+
+
+def test_hint_reads_the_largest_size_from_the_list_when_needed():
+    config = _config("FULL_AND_PIECEWISE", None, 128, k=3, sizes=[4, 8, 64])
+    assert "cover steps of up to 16 requests" in coverage_hint(config)

@@ -46,6 +46,7 @@ from vllm.model_executor.models.utils import (
 )
 
 from vllm_spark2_5_plugin import vllm_seam
+from vllm_spark2_5_plugin.configs.cudagraph import coverage_hint
 from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
 from vllm_spark2_5_plugin.configs.kv_cache_window import (
     SAME_WINDOW,
@@ -245,6 +246,9 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             kv_cache_window=self.kv_cache_choice.window,
             prefix=maybe_prefix(prefix, "model"),
         )
+        hint = coverage_hint(vllm_config)
+        if hint is not None:
+            logger.info_once("%s: %s", PLUGIN_NAME, hint)
         self.lm_head: nn.Module | None = None  # shared from the target
         self.logits_processor = LogitsProcessor(self.config.vocab_size)
         # The draft is not torch.compile'd: give its norms, RoPE and

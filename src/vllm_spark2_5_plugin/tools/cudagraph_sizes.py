@@ -25,38 +25,8 @@ must be at least the largest size, or vLLM drops the sizes above it.
 from __future__ import annotations
 
 import argparse
-import json
 
-#: Request counts that get a graph (then every multiple of 64 up to the cap).
-LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448)
-
-
-def request_ladder(max_num_seqs: int) -> list[int]:
-    """Request counts ``<= max_num_seqs`` that get a graph, ``max_num_seqs``
-    included."""
-    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int):
-        raise TypeError(f"max_num_seqs must be an int, got {max_num_seqs!r}")
-    if max_num_seqs < 1:
-        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-    rungs = {n for n in LADDER if n <= max_num_seqs}
-    rungs.update(range(512, max_num_seqs + 1, 64))
-    rungs.add(max_num_seqs)
-    return sorted(rungs)
-
-
-def dspark_capture_sizes(num_speculative_tokens: int, max_num_seqs: int) -> list[int]:
-    """Token counts ``n * K`` (draft steps) and ``n * (K + 1)`` (target decode
-    steps) for every rung ``n`` of :func:`request_ladder`."""
-    k = num_speculative_tokens
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"num_speculative_tokens must be an int >= 1, got {k!r}")
-    return sorted({n * m for n in request_ladder(max_num_seqs) for m in (k, k + 1)})
-
-
-def compilation_config(num_speculative_tokens: int, max_num_seqs: int) -> str:
-    """The JSON for ``vllm serve --compilation-config``."""
-    sizes = dspark_capture_sizes(num_speculative_tokens, max_num_seqs)
-    return json.dumps({"cudagraph_capture_sizes": sizes}, separators=(",", ":"))
+from vllm_spark2_5_plugin.configs.cudagraph import compilation_config
 
 
 def main(argv: list[str] | None = None) -> None:
