@@ -25,20 +25,31 @@ SHAPES = {
 }
 
 
+#: Other branches of the launch policy: D = 256 and D = 32 tiles, the split
+#: path (few requests), and full attention over a long draft block.
+OTHER_SHAPES = {
+    "head-dim-256": (64, 8192, 8, 4096, 32, 8, 256),
+    "head-dim-32": (64, 2048, 8, 1024, 32, 8, 32),
+    "few-requests-split": (4, 8192, 8, 4096, 32, 8, 128),
+    "full-attention-block-40": (16, 500, 40, None, 8, 1, 128),
+}
+
+
 def compile_shape(shape, q_dtype: str, kv_dtype: str):
     """The H200's default plan for ``shape`` and its sm_90 code."""
     return compile_uniform_batch(shape, q_dtype=q_dtype, kv_dtype=kv_dtype)
 
 
 @pytest.mark.parametrize("q_dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("name", SHAPES)
+@pytest.mark.parametrize("name", [*SHAPES, *OTHER_SHAPES])
 def test_fp8_cache_is_converted_once_in_registers(name, q_dtype):
     """With an fp8 cache, V used to reach the tensor cores through one
     shared-memory byte load per element (``LDS.U8``: an 8-bit operand cannot
     be transposed by ``ldmatrix``), and with bf16 q every K/V value was
     converted twice (e4m3 -> fp16 -> bf16, ``F2F.BF16.F16``). Both made the
     fp8 kernel as slow as the bf16 one on the H200."""
-    plan, code = compile_shape(SHAPES[name], q_dtype, "float8_e4m3fn")
+    shape = SHAPES.get(name) or OTHER_SHAPES[name]
+    plan, code = compile_shape(shape, q_dtype, "float8_e4m3fn")
     assert code.instructions["LDS.U8"] == 0, (plan, code.instructions)
     assert code.count("F2F") == 0, (plan, code.instructions)
     # Every K/V element still goes through the hardware e4m3 -> fp16 unpack.
