@@ -131,3 +131,49 @@ def test_bad_config_json_fails_with_the_field_name(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(ValueError, match=r"layer_types\[1\]"):
         Spark2_5Config.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# Through vLLM: --hf-overrides are applied after config.json was checked
+# ---------------------------------------------------------------------------
+
+
+def _engine_config(checkpoint, **fields):
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    return EngineArgs(model=str(checkpoint), **fields).create_engine_config()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # The tiny checkpoint has 4 layers: its 4 layer types no longer fit.
+        ({"num_hidden_layers": 2}, r"layer_types has 4 entries but num_hidden"),
+        ({"num_key_value_heads": 3}, r"divisible by num_key_value_heads \(3\)"),
+        ({"sliding_window": -5}, r"sliding_window must be a positive .* -5"),
+    ],
+)
+def test_bad_hf_overrides_are_refused_at_start_up(tiny_checkpoint, overrides, message):
+    """Without the check, these built the engine and failed inside the model
+    (an IndexError, an assertion) or, for a negative window, not at all."""
+    with pytest.raises(ValueError, match=message) as info:
+        _engine_config(tiny_checkpoint, max_model_len=256, hf_overrides=overrides)
+    assert "--hf-overrides" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        # vLLM turns the window off (sliding_window None) and caps the context.
+        {"max_model_len": 16, "disable_sliding_window": True},
+        # vLLM reads a window of 0 as "no sliding window".
+        {"max_model_len": 256, "hf_overrides": {"sliding_window": 0}},
+        {"max_model_len": 256, "hf_overrides": {"max_position_embeddings": 4096}},
+    ],
+)
+def test_valid_overrides_and_a_disabled_window_still_start(tiny_checkpoint, fields):
+    config = _engine_config(tiny_checkpoint, **fields)
+    assert config.model_config.hf_config.model_type == "spark2_5"

@@ -387,17 +387,26 @@ def _restore_if_spark2_5(spec_config: Any) -> None:
         restore_spark2_5_draft(spec_config)
 
 
+def _check_engine_config(vllm_config: Any) -> None:
+    from vllm_spark2_5_plugin.configs.spark2_5 import check_target_config
+
+    check_target_config(vllm_config)
+    check_dspark_engine_config(vllm_config)
+
+
 def install_dspark_config_hooks() -> None:
     """Hook the two config steps (idempotent; other models are untouched).
 
     * ``SpeculativeConfig.update_arch_``: undo vLLM's DeepSeek-V4 fallback
       for Spark2_5 drafts (:func:`restore_spark2_5_draft`);
-    * before ``VllmConfig`` validation: :func:`check_dspark_engine_config`.
+    * before ``VllmConfig`` validation: the target's config again, with
+      ``--hf-overrides`` applied (``configs.spark2_5.check_target_config``),
+      then :func:`check_dspark_engine_config`.
     """
     from vllm_spark2_5_plugin import vllm_seam
 
     vllm_seam.wrap_speculative_update_arch(_restore_if_spark2_5)
-    vllm_seam.check_before_vllm_config(check_dspark_engine_config)
+    vllm_seam.check_before_vllm_config(_check_engine_config)
 
 
 __all__ = [

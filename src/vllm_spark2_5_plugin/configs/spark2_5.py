@@ -167,9 +167,16 @@ class Spark2_5Config(PreTrainedConfig):
 
     # -- validation -----------------------------------------------------------
 
-    def _check_fields(self) -> None:
-        """Raise ``ValueError`` naming the first field that cannot work."""
+    def _check_fields(self, *, window_disabled: bool = False) -> None:
+        """Raise ``ValueError`` naming the first field that cannot work.
+
+        ``window_disabled``: vLLM has set ``sliding_window`` to None
+        (``--disable-sliding-window``, or a window of 0 in the checkpoint),
+        and the sliding layers attend to the whole (capped) context.
+        """
         for name in SIZE_FIELDS:
+            if name == "sliding_window" and window_disabled:
+                continue
             require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -198,4 +205,28 @@ class Spark2_5Config(PreTrainedConfig):
             require_bool(name, getattr(self, name))
 
 
-__all__ = ["Spark2_5Config", "default_layer_types"]
+def check_target_config(vllm_config: Any) -> None:
+    """Check a Spark2_5 target's config again, as vLLM will build the model.
+
+    ``Spark2_5Config`` checks ``config.json`` when it is read, but vLLM
+    applies ``--hf-overrides`` to the config object afterwards, so an
+    override such as ``{"num_hidden_layers": 2}`` (with four layer types)
+    would otherwise surface as an ``IndexError`` inside the model's
+    construction. Runs before ``VllmConfig`` validation; other models are
+    untouched.
+    """
+    model_config = getattr(vllm_config, "model_config", None)
+    config = getattr(model_config, "hf_config", None)
+    if not isinstance(config, Spark2_5Config):
+        return
+    window_disabled = bool(getattr(model_config, "disable_sliding_window", False))
+    try:
+        config._check_fields(window_disabled=window_disabled)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} (in the Spark2_5 config as vLLM will build the model, "
+            "--hf-overrides included)"
+        ) from None
+
+
+__all__ = ["Spark2_5Config", "check_target_config", "default_layer_types"]
