@@ -47,6 +47,16 @@ DSPARK_ALIASES: dict[str, str] = {
     "dspark_noise_token_id": "mask_token_id",
 }
 
+#: Every ``config.json`` field that configures the DSpark draft, aliases
+#: included.
+DSPARK_FIELDS = (
+    *DSPARK_ALIASES,
+    *DSPARK_ALIASES.values(),
+    "dspark_layer_types",
+    "dspark_sliding_window",
+    "draft_vocab_size",
+)
+
 MARKOV_HEAD_TYPES = ("vanilla", "rnn")
 
 # -- turns ------------------------------------------------------------------------

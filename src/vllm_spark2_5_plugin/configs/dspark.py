@@ -40,6 +40,7 @@ from vllm_spark2_5_plugin.configs.checks import (
 from vllm_spark2_5_plugin.names import (
     DRAFT_ARCH,
     DSPARK_ALIASES,
+    DSPARK_FIELDS,
     DSPARK_METHOD,
     MARKOV_HEAD_TYPES,
     MODEL_TYPE,
@@ -289,6 +290,26 @@ def is_spark2_5_dspark(spec_config: Any) -> bool:
     return getattr(target.hf_config, "model_type", None) == MODEL_TYPE
 
 
+def refuse_draft_overrides(target_model_config: Any) -> None:
+    """Refuse ``--hf-overrides`` of DSpark fields, which would be ignored.
+
+    vLLM 0.32.0 builds the draft's config by reading the checkpoint's
+    ``config.json`` again, without the target's ``--hf-overrides``, so a
+    DSpark field set there would change nothing the draft does.
+    """
+    overrides = getattr(target_model_config, "hf_overrides", None)
+    if not isinstance(overrides, dict):
+        return  # a callable override: its effect on the draft is vLLM's
+    named = sorted(set(overrides) & set(DSPARK_FIELDS))
+    if named:
+        raise ValueError(
+            f"--hf-overrides sets {', '.join(named)}, but vLLM builds the "
+            "DSpark draft from the checkpoint's config.json without "
+            "--hf-overrides, so the draft would ignore it. Set the field in "
+            "config.json (in a copy of the checkpoint) instead"
+        )
+
+
 def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     """Turn the draft config of a Spark2_5 DSpark spec config into ours.
 
@@ -302,6 +323,7 @@ def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     """
     target_hf = spec_config.target_model_config.hf_config
     draft_hf = spec_config.draft_model_config.hf_config
+    refuse_draft_overrides(spec_config.target_model_config)
     settings = read_dspark_settings(
         draft_hf,
         num_target_layers=target_hf.num_hidden_layers,
