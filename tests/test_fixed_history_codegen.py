@@ -51,7 +51,9 @@ def test_fp8_cache_is_converted_once_in_registers(name, q_dtype):
     shape = SHAPES.get(name) or OTHER_SHAPES[name]
     plan, code = compile_shape(shape, q_dtype, "float8_e4m3fn")
     assert code.instructions["LDS.U8"] == 0, (plan, code.instructions)
-    assert code.count("F2F") == 0, (plan, code.instructions)
+    # The scalar fp16 -> bf16 step of the old double conversion (Triton 3.9;
+    # Triton 3.7 spelled it HADD2.F32 plus a pack).
+    assert code.instructions["F2F.BF16.F16"] == 0, (plan, code.instructions)
     # Every K/V element still goes through the hardware e4m3 -> fp16 unpack.
     assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, (plan, code.instructions)
 
