@@ -393,48 +393,40 @@ def test_dspark_on_a_checkpoint_without_a_draft_is_refused_at_start_up(
         args.create_engine_config()
 
 
-@pytest.mark.parametrize("field", ["dspark_markov_rank", "markov_head_type"])
-def test_hf_overrides_of_draft_fields_are_refused(registered, dspark_checkpoint, field):
-    """vLLM reads the draft's config.json again without the target's
-    --hf-overrides: a DSpark field set there would be ignored silently."""
-    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
-
-    value = {"dspark_markov_rank": 4, "markov_head_type": "rnn"}[field]
-    target = ModelConfig(
-        model=str(dspark_checkpoint),
-        dtype="float32",
-        max_model_len=256,
-        hf_overrides={field: value, "max_position_embeddings": 4096},
-    )
-    with pytest.raises(ValueError, match=rf"--hf-overrides sets {field}, .* ignore"):
-        SpeculativeConfig(
-            method="dspark",
-            num_speculative_tokens=4,
-            target_model_config=target,
-            target_parallel_config=ParallelConfig(),
-        )
-
-
-def test_hf_overrides_of_target_fields_pass_the_draft_hook(
-    registered, dspark_checkpoint
-):
+def spec_with_overrides(path: Path, hf_overrides: dict):
+    """A DSpark SpeculativeConfig for a target built with ``hf_overrides``."""
     from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
 
     target = ModelConfig(
-        model=str(dspark_checkpoint),
-        dtype="float32",
-        max_model_len=256,
-        hf_overrides={"max_position_embeddings": 4096},
+        model=str(path), dtype="float32", max_model_len=256, hf_overrides=hf_overrides
     )
-    spec = SpeculativeConfig(
+    return SpeculativeConfig(
         method="dspark",
         num_speculative_tokens=4,
         target_model_config=target,
         target_parallel_config=ParallelConfig(),
     )
-    assert spec.draft_model_config.hf_config.architectures == [
-        "Spark2_5DSparkForCausalLM"
-    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("dspark_markov_rank", 4), ("markov_head_type", "rnn")]
+)
+def test_hf_overrides_of_draft_fields_are_refused(
+    registered, dspark_checkpoint, field, value
+):
+    """vLLM reads the draft's config.json again without the target's
+    --hf-overrides: a DSpark field set there would be ignored silently."""
+    overrides = {field: value, "max_position_embeddings": 4096}
+    with pytest.raises(ValueError, match=rf"--hf-overrides sets {field}, .* ignore"):
+        spec_with_overrides(dspark_checkpoint, overrides)
+
+
+def test_hf_overrides_of_target_fields_pass_the_draft_hook(
+    registered, dspark_checkpoint
+):
+    spec = spec_with_overrides(dspark_checkpoint, {"max_position_embeddings": 4096})
+    draft = spec.draft_model_config.hf_config
+    assert draft.architectures == ["Spark2_5DSparkForCausalLM"]
 
 
 def test_pipeline_parallel_is_refused(registered, dspark_checkpoint):
