@@ -80,6 +80,10 @@ BREAKAGES = {
         ".get_num_skipped_tokens",
         lambda self, num_computed_tokens: max(0, num_computed_tokens - 1),
     ),
+    "draft_hf_overrides": (
+        "vllm.config.speculative.SpeculativeConfig.compose_draft_hf_overrides",
+        staticmethod(lambda overrides: lambda config: config),
+    ),
     "kv_cache_layout": (
         "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",
         lambda self, layer, key, value, kv_cache, slots: None,

@@ -294,8 +294,9 @@ def refuse_draft_overrides(target_model_config: Any) -> None:
     """Refuse ``--hf-overrides`` of DSpark fields, which would be ignored.
 
     vLLM 0.32.0 builds the draft's config by reading the checkpoint's
-    ``config.json`` again, without the target's ``--hf-overrides``, so a
-    DSpark field set there would change nothing the draft does.
+    ``config.json`` again, without the target's dict ``--hf-overrides``
+    (hook point ``draft_hf_overrides``), so a DSpark field set there would
+    change nothing the draft does.
     """
     overrides = getattr(target_model_config, "hf_overrides", None)
     if not isinstance(overrides, dict):

@@ -90,6 +90,20 @@ def _check_vllm_config_post_init() -> None:
     _expect(callable(VllmConfig.__post_init__), "VllmConfig.__post_init__")
 
 
+@_hook_point(
+    "SpeculativeConfig.compose_draft_hf_overrides passes the target's dict "
+    "--hf-overrides on to the draft's config only when they are callable"
+)
+def _check_draft_hf_overrides() -> None:
+    from vllm.config.speculative import SpeculativeConfig
+
+    composed = SpeculativeConfig.compose_draft_hf_overrides({"markov_rank": 4})
+    _expect(
+        composed is SpeculativeConfig.hf_config_override,
+        "dict overrides are not applied to the draft config",
+    )
+
+
 # ---------------------------------------------------------------------------
 # Chat rendering
 # ---------------------------------------------------------------------------
