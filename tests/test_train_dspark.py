@@ -363,3 +363,65 @@ def test_sharded_checkpoint_gets_a_draft_shard(tmp_path) -> None:
         assert torch.equal(written[prefix + name], 2 * t)
     ref = DSparkReference.from_checkpoint(dst, torch.float32)
     assert ref.prefix == prefix
+
+
+# ---------------------------------------------------------------------------
+# Bad input to the command lines: a message, not a traceback
+# ---------------------------------------------------------------------------
+
+
+def _not_a_spark2_5_checkpoint(tmp_path: Path) -> Path:
+    path = tmp_path / "llama"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_src", "extra", "message"),
+    [
+        (lambda tmp, tiny: tmp / "missing", (), r"not a checkpoint directory"),
+        (
+            lambda tmp, tiny: _not_a_spark2_5_checkpoint(tmp),
+            (),
+            r"not a Spark2_5 checkpoint \(model_type 'llama'",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--markov-rank", "-3"),
+            r"dspark_markov_rank must be a positive integer, got -3\. Set them",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--target-layer-ids", "1,9"),
+            r"dspark_target_layer_ids=\[1, 9\] has \[9\] outside",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--draft-sliding-window", "0"),
+            r"dspark_sliding_window must be a positive integer, got 0",
+        ),
+        (
+            lambda tmp, tiny: make_tiny_checkpoint(tmp / "plain"),
+            ("--init-draft", "checkpoint"),
+            r"--init-draft checkpoint: .* has no draft tensors",
+        ),
+    ],
+    ids=["no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft"],
+)
+def test_trainer_refuses_bad_input_before_any_work(
+    tmp_path, tiny, make_src, extra, message
+) -> None:
+    dst = tmp_path / "out"
+    with pytest.raises(SystemExit, match=message):
+        train([str(make_src(tmp_path, tiny)), str(dst), *extra])
+    assert not dst.exists() or not any(dst.iterdir())
+
+
+def test_acceptance_refuses_a_checkpoint_without_a_draft(tmp_path, capsys) -> None:
+    plain = make_tiny_checkpoint(tmp_path / "plain")
+    with pytest.raises(SystemExit):
+        acc.run([str(plain)])
+    assert "has no DSpark draft tensors" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="not a checkpoint directory"):
+        acc.run([str(tmp_path / "missing")])

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -28,6 +29,7 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     DRAFT_SHARD,
     INDEX,
     draft_prefix,
+    read_target_config,
     read_tensors,
     write_checkpoint,
 )
@@ -143,6 +145,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     add("--dtype", choices=list(DTYPES), default="float32")
     args = parser.parse_args(argv)
     dtype, path = DTYPES[args.dtype], args.checkpoint
+    read_target_config(path)
+    if draft_prefix(path) is None:
+        parser.error(
+            f"{path} has no DSpark draft tensors (none under "
+            f"{', '.join(DRAFT_WEIGHT_PREFIXES)}); train one into a copy with "
+            "spark2_5-train-dspark IN OUT --init-draft target"
+        )
     target, plen, seqs = target_and_sequences(
         path,
         args.num_prompts,

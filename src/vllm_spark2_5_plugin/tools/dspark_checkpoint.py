@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, DSPARK_ALIASES
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, DSPARK_ALIASES, MODEL_TYPE
 
 INDEX = "model.safetensors.index.json"
 DRAFT_SHARD = "model-dspark-draft.safetensors"
@@ -37,6 +37,25 @@ def read_draft(path: Path, prefix: str) -> dict[str, torch.Tensor]:
     """The draft tensors under ``prefix``, named without it."""
     found = read_tensors(path, lambda n: n.startswith(prefix))
     return {n[len(prefix) :]: t for n, t in found.items()}
+
+
+def read_target_config(path: Path) -> dict[str, Any]:
+    """``config.json`` of the Spark2_5 checkpoint at ``path``; ``SystemExit``
+    with the reason when ``path`` is not one."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise SystemExit(f"{path} is not a checkpoint directory: no config.json")
+    try:
+        raw = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{config} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("model_type") != MODEL_TYPE:
+        found = raw.get("model_type") if isinstance(raw, dict) else None
+        raise SystemExit(
+            f"{path} is not a Spark2_5 checkpoint (model_type {found!r}, "
+            f"expected {MODEL_TYPE!r})"
+        )
+    return raw
 
 
 def draft_prefix(path: Path) -> str | None:
@@ -101,12 +120,21 @@ def write_checkpoint(
             wmap = {n: f for n, f in index["weight_map"].items() if not is_draft(n)}
             index["weight_map"] = wmap | dict.fromkeys(new, DRAFT_SHARD)
             (dst / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    config = json.loads((src / "config.json").read_text())
+    config = with_dspark_fields(json.loads((src / "config.json").read_text()), fields)
+    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def with_dspark_fields(
+    config: dict[str, Any], fields: dict[str, Any]
+) -> dict[str, Any]:
+    """``config`` with the ``dspark_*`` ``fields`` set, and any alias spelling
+    it has set alike (a copy)."""
+    config = dict(config)
     for name, value in fields.items():
         config[name] = value
         if DSPARK_ALIASES.get(name) in config:
             config[DSPARK_ALIASES[name]] = value
-    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return config
 
 
 def load_tokenizer(path: str | Path):

@@ -104,15 +104,3 @@ class DraftConfig:
             "dspark_layer_types": list(self.layer_types),
             "dspark_sliding_window": self.sliding_window,
         }
-
-    def check(self, num_hidden_layers: int) -> None:
-        """Raise ``ValueError`` on a shape the trainer cannot build."""
-        ids, n, noise = self.target_layer_ids, num_hidden_layers, self.noise_token_id
-        if not all(0 <= i < n for i in ids) or not ids:
-            raise ValueError(f"target layer ids {ids} not in 0..{n - 1}")
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"target layer ids repeat: {ids}")
-        if self.markov_head_type not in ("vanilla", "rnn"):
-            raise ValueError(f"markov head type {self.markov_head_type!r}")
-        if noise is None or not 0 <= noise < self.vocab_size:
-            raise ValueError(f"noise token id {noise}: pass --noise-token-id")

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import FULL
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
@@ -34,6 +36,8 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     draft_prefix,
     noise_token_id,
     read_draft,
+    read_target_config,
+    with_dspark_fields,
     write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
@@ -182,6 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_draft_config(raw: dict[str, Any], cfg: DraftConfig) -> None:
+    """Check the config.json the trainer would write as vLLM will read it:
+    ``Spark2_5Config`` and the DSpark settings checks (``ValueError`` naming
+    the field and value)."""
+    written = with_dspark_fields(raw, cfg.config_fields())
+    read_dspark_settings(Spark2_5Config.from_dict(written))
+
+
 def train(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the command; returns the ``train_dspark.json`` summary."""
     args = build_parser().parse_args(argv)
@@ -193,7 +205,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         if not args.overwrite:
             raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
         shutil.rmtree(dst)
-    raw = json.loads((src / "config.json").read_text())
+    raw = read_target_config(src)
     shape = dict(
         block_size=args.block_size,
         markov_rank=args.markov_rank,
@@ -211,7 +223,19 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = DraftConfig.from_config(raw, noise_token_id=args.noise_token_id, **shape)
     if cfg.noise_token_id is None:
         cfg = replace(cfg, noise_token_id=noise_token_id(src))
-    cfg.check(raw["num_hidden_layers"])
+    if init == "checkpoint" and prefix_in is None:
+        raise SystemExit(
+            f"--init-draft checkpoint: {src} has no draft tensors; use "
+            "--init-draft target or random"
+        )
+    try:
+        check_draft_config(raw, cfg)
+    except ValueError as exc:
+        raise SystemExit(
+            f"the draft's settings cannot be served: {exc}. Set them with "
+            "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
+            "--draft-layer-types, --draft-sliding-window or --noise-token-id"
+        ) from None
     previous = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
