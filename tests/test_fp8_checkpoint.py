@@ -419,3 +419,30 @@ def test_vllm_cpu_serves_the_fp8_checkpoint_close_to_the_source(pair):
     # Greedy decoding keeps the first tokens (the tiny random model has many
     # near-ties, so long continuations drift apart).
     assert min(prefix) >= 1
+
+
+def test_the_tool_never_writes_over_its_input(tmp_path, capsys):
+    """Output == input used to overwrite the source checkpoint's weights and
+    config before failing on a file copy. Refused before any work now (no
+    llm-compressor needed to get there)."""
+    from vllm_spark2_5_plugin.tools.quantize_fp8 import check_directories, main
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    src = make_tiny_checkpoint(tmp_path / "src")
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    for dst in (src, tmp_path / "src" / ".." / "src"):
+        with pytest.raises(SystemExit):
+            main([str(src), str(dst)])
+        assert "must differ from the input" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not an empty directory"):
+        check_directories(src, busy)
+    with pytest.raises(ValueError, match="not a checkpoint directory"):
+        check_directories(tmp_path / "missing", tmp_path / "out")
+    check_directories(src, tmp_path / "new")  # a new directory is fine
+    (tmp_path / "empty").mkdir()
+    check_directories(src, tmp_path / "empty")

@@ -215,9 +215,24 @@ def _read_checkpoint(src: Path) -> dict[str, Any]:
     return tensors
 
 
+def check_directories(src: Path, dst: Path) -> None:
+    """``ValueError`` unless ``src`` is a checkpoint directory and ``dst`` is a
+    new or empty directory elsewhere (the output never replaces a file)."""
+    if not (src / "config.json").is_file():
+        raise ValueError(f"{src} is not a checkpoint directory: no config.json")
+    if dst.resolve() == src.resolve():
+        raise ValueError(
+            "the output directory must differ from the input: writing into it "
+            "would replace the source checkpoint's weights"
+        )
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise ValueError(f"{dst} exists and is not an empty directory")
+
+
 def quantize(src: str | Path, dst: str | Path, scheme: str = "FP8_DYNAMIC") -> dict:
-    """Quantize checkpoint ``src`` into ``dst``; return a summary (names of
-    quantized and copied tensors, the quantization_config written)."""
+    """Quantize checkpoint ``src`` into ``dst`` (new or empty); return a
+    summary (names of quantized and copied tensors, the quantization_config
+    written)."""
     import torch
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
@@ -226,6 +241,7 @@ def quantize(src: str | Path, dst: str | Path, scheme: str = "FP8_DYNAMIC") -> d
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     src, dst = Path(src), Path(dst)
+    check_directories(src, dst)
     config_dict = json.loads((src / "config.json").read_text())
     if "quantization_config" in config_dict:
         raise ValueError(f"{src} is already quantized")
@@ -313,6 +329,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("dst", help="directory to write the FP8 checkpoint to")
     parser.add_argument("--scheme", choices=SCHEMES, default="FP8_DYNAMIC")
     args = parser.parse_args(argv)
+    try:
+        check_directories(Path(args.src), Path(args.dst))
+    except ValueError as exc:
+        parser.error(str(exc))
     summary = quantize(args.src, args.dst, args.scheme)
     print(
         f"wrote {args.dst}: {len(summary['quantized'])} FP8 linear weights, "
