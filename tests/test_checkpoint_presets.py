@@ -175,6 +175,23 @@ def test_command_line_preset_through_the_tiny_makers_command(tmp_path: Path):
     assert parameter_count(raw)["draft"] == 0
 
 
+@pytest.mark.parametrize("preset", [[], ["--preset", "mini"]], ids=["tiny", "mini"])
+def test_makers_never_replace_a_directory_unasked(tmp_path: Path, capsys, preset):
+    """``spark2_5-make-tiny-checkpoint /path/to/a/real/model`` used to write
+    its random weights over that model."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    target = tmp_path / "real-model"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"the real weights")
+    with pytest.raises(SystemExit):
+        main([str(target), *preset])
+    assert "is not empty; pass --overwrite" in capsys.readouterr().err
+    assert (target / "model.safetensors").read_bytes() == b"the real weights"
+    main([str(target), *preset, "--overwrite", "--dtype", "float32"])
+    assert json.loads((target / "config.json").read_text())["model_type"] == "spark2_5"
+
+
 @pytest.mark.slow
 def test_vllm_loads_and_generates_from_the_mini_checkpoint(mini: Path):
     from vllm import LLM, SamplingParams

@@ -61,6 +61,7 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     checkpoint_config,
     generation_config,
     iter_random_weights,
+    refuse_non_empty,
 )
 
 _ROPE = {
@@ -406,10 +407,10 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="PATH already holds a Spark2_5 checkpoint: write only --in-tree copies",
     )
-    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     path = Path(args.path)
     if not args.in_tree_only:
+        refuse_non_empty(parser, args)
         start = time.perf_counter()
         make_checkpoint(
             path,

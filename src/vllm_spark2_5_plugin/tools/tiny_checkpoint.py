@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -311,8 +312,12 @@ def make_tiny_checkpoint(
 def add_checkpoint_arguments(
     parser: argparse.ArgumentParser, default_dtype: str
 ) -> None:
-    """The options every checkpoint maker shares: where, seed, dtype, prefix."""
+    """The options every checkpoint maker shares: where, seed, dtype, prefix,
+    and ``--overwrite`` (see :func:`refuse_non_empty`)."""
     parser.add_argument("path", help="directory to write the checkpoint to")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a non-empty PATH"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--dtype", choices=["float32", "bfloat16", "float16"], default=default_dtype
@@ -322,6 +327,15 @@ def add_checkpoint_arguments(
         choices=DRAFT_WEIGHT_PREFIXES,
         default=DRAFT_WEIGHT_PREFIXES[0],
     )
+
+
+def refuse_non_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop with a message when ``args.path`` holds files and ``--overwrite``
+    was not given: a maker never replaces a checkpoint unasked."""
+    path = Path(args.path)
+    busy = path.exists() and (not path.is_dir() or any(path.iterdir()))
+    if busy and not args.overwrite:
+        parser.error(f"{path} is not empty; pass --overwrite to replace it")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -344,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
         "--dspark", action="store_true", help="add DSpark draft config and weights"
     )
     args = parser.parse_args(argv)
+    refuse_non_empty(parser, args)
+    if args.overwrite and Path(args.path).is_dir():
+        shutil.rmtree(args.path)
     out = make_tiny_checkpoint(
         args.path,
         seed=args.seed,
