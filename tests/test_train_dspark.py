@@ -418,6 +418,18 @@ def test_trainer_refuses_bad_input_before_any_work(
     assert not dst.exists() or not any(dst.iterdir())
 
 
+@pytest.mark.parametrize("where", ["parent", "child"])
+def test_trainer_output_never_contains_or_sits_inside_the_input(
+    tmp_path, where
+) -> None:
+    """With --overwrite, an output that holds the input would delete it."""
+    src = make_tiny_checkpoint(tmp_path / "models" / "spark")
+    dst = tmp_path / "models" if where == "parent" else src / "trained"
+    with pytest.raises(SystemExit, match="must not contain or be inside"):
+        train([str(src), str(dst), "--overwrite"])
+    assert (src / "model.safetensors").is_file()
+
+
 def test_acceptance_refuses_a_checkpoint_without_a_draft(tmp_path, capsys) -> None:
     plain = make_tiny_checkpoint(tmp_path / "plain")
     with pytest.raises(SystemExit):

@@ -201,6 +201,9 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     src, dst = args.input, args.output
     if dst.resolve() == src.resolve():
         raise SystemExit("the output directory must differ from the input")
+    if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
+        # --overwrite would delete the input; a copy into itself never ends.
+        raise SystemExit("the output directory must not contain or be inside the input")
     if dst.exists() and any(dst.iterdir()):
         if not args.overwrite:
             raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
