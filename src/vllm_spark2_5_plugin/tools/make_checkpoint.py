@@ -39,7 +39,6 @@ import argparse
 import copy
 import json
 import random
-import shutil
 import time
 from importlib import resources
 from pathlib import Path
@@ -61,6 +60,7 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     checkpoint_config,
     generation_config,
     iter_random_weights,
+    prepare_dir,
     refuse_non_empty,
 )
 
@@ -261,14 +261,6 @@ def write_common_files(path: Path, tokenizer) -> None:
     (path / "generation_config.json").write_text(
         json.dumps(generation_config(tokenizer), indent=2) + "\n"
     )
-
-
-def prepare_dir(path: Path, overwrite: bool) -> None:
-    if path.exists() and any(path.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{path} is not empty; pass overwrite=True")
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
 
 
 def make_checkpoint(

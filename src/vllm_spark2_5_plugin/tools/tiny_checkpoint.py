@@ -329,6 +329,16 @@ def add_checkpoint_arguments(
     )
 
 
+def prepare_dir(path: Path, overwrite: bool) -> None:
+    """An empty directory at ``path``; a non-empty one is emptied only with
+    ``overwrite``, else ``FileExistsError``."""
+    if path.exists() and any(path.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{path} is not empty; pass overwrite=True")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+
 def refuse_non_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Stop with a message when ``args.path`` holds files and ``--overwrite``
     was not given: a maker never replaces a checkpoint unasked."""
@@ -359,8 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     refuse_non_empty(parser, args)
-    if args.overwrite and Path(args.path).is_dir():
-        shutil.rmtree(args.path)
+    prepare_dir(Path(args.path), args.overwrite)
     out = make_tiny_checkpoint(
         args.path,
         seed=args.seed,
