@@ -37,8 +37,9 @@ shape are printed next to each other. It then times:
 
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before every
 iteration, median). Each baseline's output is checked against the kernel's.
-The speed-up and floor goals were set for the bf16 cache; fp8 rows report the
-same ratios without a verdict. Only the public API of
+Goals: every row at most 1.35x its own read floor (fp8 rows: the fp8 floor);
+bf16 rows also at least 10x gather+SDPA, judged only when SDPA ran (not with
+``--kernel-only``). Only the public API of
 ``vllm_spark2_5_plugin.ops`` is used, except by ``--baseline-kernel FILE``:
 that also times, in the same process and with the same launch plans, the
 kernels of another version of ``ops/fixed_history_kernel.py`` (e.g.
@@ -54,6 +55,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import math
 import platform
 import sys
 from pathlib import Path
@@ -103,6 +105,26 @@ def load_kernels(path):
     return module
 
 
+class _OlderKernel:
+    """A Triton kernel launched with only the keyword arguments it declares:
+    an older kernel ignores the compile-time flags it predates and runs its
+    own code (the "before" of a before/after)."""
+
+    _LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.known = set(kernel.arg_names) | set(self._LAUNCH_OPTIONS)
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def run(*args, **kwargs):
+            return launch(*args, **{k: kwargs[k] for k in kwargs if k in self.known})
+
+        return run
+
+
 @contextlib.contextmanager
 def kernels_from(module):
     """Launch ``module``'s kernels instead of the package's, for a while."""
@@ -112,7 +134,7 @@ def kernels_from(module):
     saved = {n: getattr(launch, n) for n in names}
     try:
         for n in names:
-            setattr(launch, n, getattr(module, n))
+            setattr(launch, n, _OlderKernel(getattr(module, n)))
         yield
     finally:
         for n, kernel in saved.items():
@@ -317,8 +339,11 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales):
             return
         results.append((t, plan))
 
+    # fp8: each configuration with both ways of feeding the tensor cores.
+    dots = (False, True) if scales else (base.fp8_f16_dot,)
     for changes in sweep_grid(base.tile_rows(group), D):
-        try_plan(base, **changes)
+        for f16_dot in dots:
+            try_plan(base, fp8_f16_dot=f16_dot, **changes)
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]
@@ -404,7 +429,9 @@ def run_shape(idx, shape, kv_dtype, bw, args):
             fn()
         t_graph = bench(g.replay)
     # The plan the kernel launched with (the block table holds L + B).
-    plan = ops.uniform_batch_plan(shape, device=q.device, page_size=PAGE)
+    plan = ops.uniform_batch_plan(
+        shape, device=q.device, page_size=PAGE, kv_fp8=kv_dtype != "bf16"
+    )
     print(
         f"  kernel {t_kernel:.1f} us (graph {t_graph:.1f} us), plan {plan}, "
         f"floor {floor_us:.1f} us, {kv_bytes / t_kernel / 1e6:.2f} TB/s, "
@@ -452,7 +479,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     row = dict(
         name=name,
         kv=kv_name,
-        goals=kv_dtype == "bf16",
+        speed_goal=kv_dtype == "bf16",
         kernel=t_kernel,
         graph=t_graph,
         sdpa=t_sdpa,
@@ -461,7 +488,6 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         ratio=ratio,
         speedup=speedup,
         flex_speedup=t_flex / t_kernel,
-        ok=speedup >= GOAL_SPEEDUP and ratio <= GOAL_FLOOR_RATIO,
         ratio_ok=ratio <= GOAL_FLOOR_RATIO,
         speed_ok=speedup >= GOAL_SPEEDUP,
         tbps=kv_bytes / t_kernel / 1e6,
@@ -483,18 +509,17 @@ def kv_dtype_name(kv_dtype):
 
 
 def goal_verdict(r):
-    if not r["goals"]:
-        return "n/a (goals are for bf16)"
-    if r["ok"]:
-        return "yes"
-    return "no: " + ", ".join(
-        s
-        for s, bad in (
-            (f"{r['speedup']:.1f}x < 10x vs SDPA", not r["speed_ok"]),
-            (f"{r['ratio']:.2f} > 1.35 x floor", not r["ratio_ok"]),
-        )
-        if bad
-    )
+    """The floor goal for every row; the SDPA speed-up goal for bf16 rows
+    whose SDPA peer ran (a NaN peer is not a miss)."""
+    misses = []
+    if not r["ratio_ok"]:
+        misses.append(f"{r['ratio']:.2f} > {GOAL_FLOOR_RATIO} x floor")
+    judged_speed = r["speed_goal"] and not math.isnan(r["speedup"])
+    if judged_speed and not r["speed_ok"]:
+        misses.append(f"{r['speedup']:.1f}x < {GOAL_SPEEDUP:g}x vs SDPA")
+    if misses:
+        return "no: " + ", ".join(misses)
+    return "yes" if judged_speed or not r["speed_goal"] else "yes (floor; SDPA not run)"
 
 
 def parse_args(argv=None):

@@ -31,6 +31,7 @@ Only torch, triton, pytest and the standard library are imported.
 
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import os
 import random
@@ -81,6 +82,22 @@ class Case(NamedTuple):
 
 def _fresh_seed() -> int:
     return random.SystemRandom().randrange(2**31)
+
+
+@pytest.fixture(params=[False, True], ids=["fp8-dot-in-q-dtype", "fp8-dot-f16"])
+def fp8_f16_dot(request, monkeypatch):
+    """Both ways an fp8 cache feeds the tensor cores (``LaunchPlan.fp8_f16_dot``),
+    forced into the plans the launch policy picks; tests that pass their own
+    plan set the field themselves."""
+    from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+    policy = launch.plan_launch
+
+    def plan_launch(**kwargs):
+        return dataclasses.replace(policy(**kwargs), fp8_f16_dot=request.param)
+
+    monkeypatch.setattr(launch, "plan_launch", plan_launch)
+    return request.param
 
 
 def _f32(x: float) -> float:
@@ -396,12 +413,12 @@ if _IN_CHILD:
 
     @pytest.mark.parametrize("scales", [(0.02, 3.0), (3.0, 0.02)])
     @pytest.mark.parametrize("name", _INTERP_FP8_CASES)
-    def test_interp_fp8_cache_matches_dequantized_reference(name, scales):
+    def test_interp_fp8_cache_matches_dequantized_reference(name, scales, fp8_f16_dot):
         _interp_check(_INTERP_CASES[name], fp8_scales=scales)
 
     @pytest.mark.parametrize("scale_form", ["tensor", "tensor1", "float"])
     @pytest.mark.parametrize("out_given", [True, False])
-    def test_interp_fp8_scale_forms(scale_form, out_given):
+    def test_interp_fp8_scale_forms(scale_form, out_given, fp8_f16_dot):
         # 0-d and [1] float32 tensors (read by the kernel) and Python floats.
         _interp_check(
             Case([20, 3], [3, 2], 8, 4, 2, 64, 4),
@@ -412,23 +429,23 @@ if _IN_CHILD:
         )
 
     @pytest.mark.parametrize("num_splits", [2, 4])
-    def test_interp_fp8_split_path(num_splits):
+    def test_interp_fp8_split_path(num_splits, fp8_f16_dot):
         # Several splits (with 4, some empty) merged by the combine kernel:
         # v_scale must be applied to every partial.
         _interp_check(
             Case([40, 0, 70], [3, 2, 5], 48, 4, 2, 32, 8),
-            plan=_plan(2, 16, num_splits),
+            plan=_plan(2, 16, num_splits, fp8_f16_dot=fp8_f16_dot),
             fp8_scales=(0.02, 3.0),
             extra_rows=3,
         )
 
     @pytest.mark.parametrize("window", [None, 6])
-    def test_interp_fp8_persistent_grid(window):
+    def test_interp_fp8_persistent_grid(window, fp8_f16_dot):
         # Persistent grid: each program loops over several items with the
         # scales loaded once per program.
         _interp_check(
             _RAGGED._replace(window=window),
-            plan=_plan(2, 16, programs_per_sm=1),
+            plan=_plan(2, 16, programs_per_sm=1, fp8_f16_dot=fp8_f16_dot),
             fp8_scales=(3.0, 0.02),
             extra_rows=3,
         )
@@ -908,6 +925,22 @@ if not _IN_CHILD:
         # Never on CPU (interpreter) devices.
         assert _plan_for(shape, torch.device("cpu")).programs_per_sm == 0
 
+    @pytest.mark.parametrize(
+        "head_dim,f16_dot", [(32, True), (64, True), (128, False), (256, False)]
+    )
+    def test_plan_fp8_dot_path_by_head_dim(head_dim, f16_dot):
+        # Measured on the H200 (benchmarks/fixed_history_attention_h200.md):
+        # float16 dots won at D = 64 and lost at D = 128; bf16 caches never
+        # take that path.
+        shape = (64, 8192, 8, 4096, 32, 8, head_dim)
+        device = torch.device("cuda", 0)
+        fp8 = ops.uniform_batch_plan(shape, device=device, num_sms=132, kv_fp8=True)
+        assert fp8.fp8_f16_dot is f16_dot, fp8
+        bf16 = ops.uniform_batch_plan(shape, device=device, num_sms=132)
+        assert not bf16.fp8_f16_dot and bf16 == dataclasses.replace(
+            fp8, fp8_f16_dot=False
+        )
+
     def test_plan_for_the_h200_benchmark_shapes():
         # The launches measured in benchmarks/fixed_history_attention_h200.md;
         # changing one of them needs a new measurement.
@@ -1300,7 +1333,7 @@ if not _IN_CHILD:
     @pytest.mark.parametrize("scales", _FP8_SCALES)
     @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
     @pytest.mark.parametrize("name", sorted(_CUDA_CASES))
-    def test_cuda_fp8_cache_matches_float64_reference(name, dtype, scales):
+    def test_cuda_fp8_cache_matches_float64_reference(name, dtype, scales, fp8_f16_dot):
         _run_and_check(_CUDA_CASES[name], dtype=dtype, device="cuda", fp8_scales=scales)
 
     @pytest.mark.cuda
@@ -1309,7 +1342,9 @@ if not _IN_CHILD:
     @pytest.mark.parametrize(
         "head_dim,group", [(32, 8), (64, 2), (128, 1), (128, 4), (256, 1), (256, 8)]
     )
-    def test_cuda_fp8_head_dims_and_gqa_ratios(head_dim, group, scale_form):
+    def test_cuda_fp8_head_dims_and_gqa_ratios(
+        head_dim, group, scale_form, fp8_f16_dot
+    ):
         case = Case([0, 37, 1000, 2600], [4, 1, 8, 6], 512, 2 * group, 2, head_dim, 16)
         _run_and_check(
             case,
@@ -1322,7 +1357,7 @@ if not _IN_CHILD:
 
     @pytest.mark.cuda
     @_no_cuda
-    def test_cuda_fp8_128_row_tiles():
+    def test_cuda_fp8_128_row_tiles(fp8_f16_dot):
         # 16 queries x 8 heads per tile, the plan's PTX page-id branch.
         _run_and_check(
             Case([3000, 0, 777, 9, 40], [16, 7, 16, 0, 20], 1000, 32, 4, 128, 16),

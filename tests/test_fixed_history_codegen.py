@@ -10,9 +10,14 @@ does with an fp8 cache. Speed itself is measured on the GPU
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from vllm_spark2_5_plugin.ops.fixed_history_codegen import compile_uniform_batch
+from vllm_spark2_5_plugin.ops.fixed_history_codegen import (
+    compile_for_nvidia,
+    compile_uniform_batch,
+)
 
 #: (requests, context L, draft block B, window W, query heads, KV heads, D):
 #: the five shapes of the kernel benchmark.
@@ -35,27 +40,59 @@ OTHER_SHAPES = {
 }
 
 
-def compile_shape(shape, q_dtype: str, kv_dtype: str):
-    """The H200's default plan for ``shape`` and its sm_90 code."""
-    return compile_uniform_batch(shape, q_dtype=q_dtype, kv_dtype=kv_dtype)
+def compile_shape(shape, q_dtype: str, kv_dtype: str, **plan_changes):
+    """The H200's default plan for ``shape`` (with ``plan_changes``) and its
+    sm_90 code."""
+    plan, code = compile_uniform_batch(shape, q_dtype=q_dtype, kv_dtype=kv_dtype)
+    if not plan_changes:
+        return plan, code
+    plan = dataclasses.replace(plan, **plan_changes)
+    _, _, _, window, heads, kv_heads, head_dim = shape
+    code = compile_for_nvidia(
+        plan,
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        window=window,
+    )
+    return plan, code
 
 
 @pytest.mark.parametrize("q_dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("name", [*SHAPES, *OTHER_SHAPES])
-def test_fp8_cache_is_converted_once_in_registers(name, q_dtype):
-    """With an fp8 cache, V used to reach the tensor cores through one
-    shared-memory byte load per element (``LDS.U8``: an 8-bit operand cannot
-    be transposed by ``ldmatrix``), and with bf16 q every K/V value was
-    converted twice (e4m3 -> fp16 -> bf16, ``F2F.BF16.F16``). Both made the
-    fp8 kernel as slow as the bf16 one on the H200."""
+def test_fp8_f16_dot_converts_once_in_registers(name, q_dtype):
+    """The float16-dot fp8 path (``fp8_f16_dot``). Converting tiles to q's
+    dtype reads V from shared memory one byte per element (``LDS.U8``: an
+    8-bit operand cannot be transposed by ``ldmatrix``) and, with bf16 q,
+    converts every K/V value twice (e4m3 -> fp16 -> bf16, ``F2F.BF16.F16``);
+    this path must do neither. (On the H200 it was nevertheless slower at
+    head_dim 128, so the policy takes it at head_dim <= 64 only.)"""
     shape = SHAPES.get(name) or OTHER_SHAPES[name]
-    plan, code = compile_shape(shape, q_dtype, "float8_e4m3fn")
+    plan, code = compile_shape(shape, q_dtype, "float8_e4m3fn", fp8_f16_dot=True)
     assert code.instructions["LDS.U8"] == 0, (plan, code.instructions)
     # The scalar fp16 -> bf16 step of the old double conversion (Triton 3.9;
     # Triton 3.7 spelled it HADD2.F32 plus a pack).
     assert code.instructions["F2F.BF16.F16"] == 0, (plan, code.instructions)
     # Every K/V element still goes through the hardware e4m3 -> fp16 unpack.
     assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, (plan, code.instructions)
+
+
+@pytest.mark.parametrize("name", [*SHAPES, *OTHER_SHAPES])
+def test_fp8_default_plans_compile_for_sm90(name):
+    """Every fp8 plan the policy picks compiles for sm_90 with bf16 q (the
+    case only a GPU runs), within the register file, unpacking e4m3 in
+    hardware; and the two dot paths really differ in their code."""
+    shape = SHAPES.get(name) or OTHER_SHAPES[name]
+    plan, code = compile_shape(shape, "bfloat16", "float8_e4m3fn")
+    assert 0 < code.registers <= 255, plan
+    assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, (plan, code.instructions)
+    assert code.count("HMMA") + code.count("HGMMA") > 0, plan
+    other_plan, other = compile_shape(
+        shape, "bfloat16", "float8_e4m3fn", fp8_f16_dot=not plan.fp8_f16_dot
+    )
+    assert other.instructions != code.instructions, (plan, other_plan)
 
 
 @pytest.mark.parametrize("name", SHAPES)

@@ -177,7 +177,11 @@ def compile_uniform_batch(
     import torch
 
     plan = uniform_batch_plan(
-        shape, device=torch.device("cuda"), num_sms=num_sms, page_size=page_size
+        shape,
+        device=torch.device("cuda"),
+        num_sms=num_sms,
+        page_size=page_size,
+        kv_fp8=kv_dtype.startswith("float8"),
     )
     _, _, _, window, heads, kv_heads, head_dim = shape
     code = compile_for_nvidia(

@@ -7,13 +7,20 @@ program per item each program runs one iteration of that walk; with a
 persistent grid (fewer programs) each runs several. :func:`combine_splits_kernel`
 merges the partial results of a launch with several splits.
 
-With an fp8 (e4m3) cache (``KV_FP8``) the dot products run in float16
-whatever q's dtype: the tiles are loaded as fp8 and converted to float16 (one
-hardware conversion, exact: every e4m3 value is an fp16 value), q is scaled by
-the softmax scale and rounded to float16 once per tile of queries, and the
-per-tensor scales are applied outside the dot products:
-``(q * scale) . (k8 * k_scale) == ((q * scale) . k8) * k_scale`` and
-``sum p * (v8 * v_scale) == v_scale * sum p * v8``.
+With an fp8 (e4m3) cache (``KV_FP8``) the tiles are loaded as fp8 and the
+per-tensor scales are applied outside the dot products. Two ways to feed the
+tensor cores, chosen by the launch plan (``FP8_F16_DOT``):
+
+* converted to q's dtype, exactly (every e4m3 value is an fp16 and a bf16
+  value): e4m3 -> float16 in hardware, then -> bfloat16 for a bf16 q;
+  ``q . (k8 * k_scale) * scale == (q . k8) * (scale * k_scale)``;
+* float16 dot products whatever q's dtype: q is scaled by the softmax scale
+  and rounded to float16 once per tile of queries, K is converted once and V
+  in registers (no byte-wise shared-memory reads of V);
+  ``(q * scale) . (k8 * k_scale) == ((q * scale) . k8) * k_scale``.
+
+In both ``sum p * (v8 * v_scale) == v_scale * sum p * v8``. Which one is
+faster depends on the shape (``benchmarks/fixed_history_attention_h200.md``).
 """
 
 import triton
@@ -96,6 +103,14 @@ def _scale_value(scale, IN_MEMORY: tl.constexpr):
     if IN_MEMORY:
         value = tl.load(scale)
     return value
+
+
+@triton.jit
+def _fp8_to(tile, dtype: tl.constexpr):
+    """An fp8 e4m3 tile in ``dtype`` (float16 or bfloat16), exactly. Through
+    float16 (a hardware conversion on sm_89+): with Triton 3.6's direct e4m3
+    -> bfloat16 conversion the kernel ran 10-17% slower on an H200."""
+    return tile.to(tl.float16).to(dtype)
 
 
 @triton.jit
@@ -182,14 +197,17 @@ def fixed_history_kernel(
     ASM_PAGE_LOAD: tl.constexpr,  # block-table loads hidden from the pipeliner
     PERSISTENT: tl.constexpr,  # fewer programs than items: each loops
     KV_FP8: tl.constexpr,  # K/V caches in fp8 e4m3 with per-tensor scales
+    FP8_F16_DOT: tl.constexpr,  # fp8: float16 dots, V converted in registers
     K_SCALE_IN_MEMORY: tl.constexpr,  # k_scale is a pointer
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
 ):
     if KV_FP8:
-        # Dequantize outside the dot products (see the module docstring): the
-        # softmax scale goes into q, k_scale multiplies the scores.
-        q_factor = qk_scale
-        qk_scale = _scale_value(k_scale, K_SCALE_IN_MEMORY)
+        # Dequantize outside the dot products (see the module docstring).
+        if FP8_F16_DOT:  # the softmax scale goes into q, k_scale on the scores
+            q_factor = qk_scale
+            qk_scale = _scale_value(k_scale, K_SCALE_IN_MEMORY)
+        else:
+            qk_scale = qk_scale * _scale_value(k_scale, K_SCALE_IN_MEMORY)
         v_factor = _scale_value(v_scale, V_SCALE_IN_MEMORY)
     # Items in launch order: KV heads fastest, then splits, then requests, so
     # programs that run side by side read the same cache pages (the heads of
@@ -236,7 +254,7 @@ def fixed_history_kernel(
                 mask=row_ok[:, None],
                 other=0.0,
             )
-            if KV_FP8:
+            if KV_FP8 and FP8_F16_DOT:
                 # float16 q: |q| would need to pass ~5e5 (D = 128) to overflow.
                 q_tile = (q_tile.to(tl.float32) * q_factor).to(tl.float16)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -253,9 +271,12 @@ def fixed_history_kernel(
                 v_tile = _load_rows(
                     v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
                 )
-                if KV_FP8:
+                if KV_FP8 and FP8_F16_DOT:
                     k_tile = k_tile.to(tl.float16)
                     v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
+                elif KV_FP8:
+                    k_tile = _fp8_to(k_tile, q_tile.dtype)
+                    v_tile = _fp8_to(v_tile, q_tile.dtype)
                 m_i, l_i, acc = _online_softmax_step(
                     q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
                 )
