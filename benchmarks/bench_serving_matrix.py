@@ -98,7 +98,7 @@ ROWS = [
 ]
 
 # -- time estimates (rough H200 guesses for a ~1B bf16 model; only for sizing) -
-EST_STEP_FIXED_MS = 4.0  # per decode step at batch 1 (scheduler, sampler, launch)
+EST_STEP_FIXED_MS = 2.0  # per decode step at batch 1 (measured 1.9-2.3 ms, ~1B)
 EST_STEP_PER_SEQ_MS = 0.03  # CPU cost per running sequence per step
 EST_HBM_BYTES_PER_S = 3.0e12  # KV-cache read rate
 EST_PREFILL_TOK_PER_S = 80_000.0
@@ -532,6 +532,71 @@ def server_args(args: argparse.Namespace, mode: str, num_spec: int | None) -> li
     return out + shlex.split(args.serve_args)
 
 
+#: Seed offset between repeats of a point (points differ by 1000 * c + input).
+REPEAT_SEED_STEP = 7919
+
+#: Per-repeat figures kept in a point's ``repeats`` list.
+REPEAT_KEYS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "duration")
+
+
+def measure(
+    bench: Bench, server: Server, log: Path, argv: list[str], raw: Path
+) -> dict[str, Any]:
+    """One `vllm bench serve` run against ``server``: status, the result's
+    scalar fields and the server's counter deltas over the run."""
+    before = scrape_metrics(server.base)
+    run: dict[str, Any] = {}
+    try:
+        result = bench.run(argv, raw)
+        run["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - keep the other points going
+        result = {}
+        run.update(status="error", error=repr(exc)[:1000])
+        if server.proc is not None and server.proc.poll() is not None:
+            run["error"] += f"; server died: {failure_reason(log)}"
+    keep = {k: v for k, v in result.items() if not isinstance(v, list | dict)}
+    keep["spec_decode_per_position_acceptance_rates"] = result.get(
+        "spec_decode_per_position_acceptance_rates"
+    )
+    run["result"] = keep
+    run["server_metrics"] = metric_deltas(before, scrape_metrics(server.base))
+    return run
+
+
+def pick_median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of a point from its repeats: the run with the median output
+    throughput (the lower middle one for an even count) stands for the point,
+    and ``repeats`` keeps every run's main figures. Any failed run makes the
+    point failed (it is that run)."""
+    failed = [r for r in runs if r["status"] != "ok"]
+    if failed:
+        return dict(failed[0])
+    ordered = sorted(runs, key=lambda r: r["result"].get("output_throughput", 0.0))
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    if len(runs) > 1:
+        chosen["repeats"] = [
+            {
+                **{k: r["result"].get(k) for k in REPEAT_KEYS},
+                "engine_steps": r["server_metrics"].get("engine_steps"),
+                "acceptance_length": r["server_metrics"].get("acceptance_length"),
+            }
+            for r in runs
+        ]
+    return chosen
+
+
+def repeat_range(base: dict[str, Any] | None, spec: dict[str, Any] | None) -> str:
+    """DSpark / baseline over the repeats: worst (slowest DSpark run over the
+    fastest baseline run) to best; "–" unless both points were repeated."""
+    if not (base and spec and base.get("repeats") and spec.get("repeats")):
+        return "–"
+    b = [x["output_throughput"] for x in base["repeats"] if x["output_throughput"]]
+    s = [x["output_throughput"] for x in spec["repeats"] if x["output_throughput"]]
+    if not (b and s):
+        return "–"
+    return f"{min(s) / max(b):.2f}–{max(s) / min(b):.2f}×"
+
+
 def run_mode(
     args: argparse.Namespace,
     mode: str,
@@ -583,25 +648,30 @@ def run_mode(
             shape = args.shape_table[shape_name]
             name = point_name(mode, shape_name, c)
             left = args.deadline - time.perf_counter()
-            if left < estimate(cfg, mode, shape, c, prompts):
+            if left < args.repeats * estimate(cfg, mode, shape, c, prompts):
                 print(f"== {name}: left for a later command ({left:.0f} s left)")
                 status["skipped"] = status.get("skipped", []) + [name]
                 continue
-            raw = work / "raw" / f"{name}.json"
-            raw.parent.mkdir(parents=True, exist_ok=True)
-            argv = bench_argv(
-                str(model),
-                server.base,
-                shape,
-                c,
-                prompts,
-                args.seed + 1000 * c + shape[0],  # fresh prompts per point
-                args.temperature,
-                shlex.split(args.bench_args),
+            (work / "raw").mkdir(parents=True, exist_ok=True)
+
+            def argv_for(seed: int, shape=shape, c=c, prompts=prompts) -> list[str]:
+                return bench_argv(
+                    str(model),
+                    server.base,
+                    shape,
+                    c,
+                    prompts,
+                    seed,
+                    args.temperature,
+                    shlex.split(args.bench_args),
+                )
+
+            est = args.repeats * estimate(cfg, mode, shape, c, prompts)
+            runs_txt = f" x {args.repeats} runs" if args.repeats > 1 else ""
+            print(
+                f"== {name}: {prompts} prompts{runs_txt}, estimated {est:.0f} s",
+                flush=True,
             )
-            est = estimate(cfg, mode, shape, c, prompts)
-            print(f"== {name}: {prompts} prompts, estimated {est:.0f} s", flush=True)
-            before = scrape_metrics(server.base)
             start = time.perf_counter()
             point: dict[str, Any] = {
                 "mode": mode,
@@ -612,27 +682,26 @@ def run_mode(
                 "num_prompts": prompts,
                 "estimated_s": round(est, 1),
             }
-            try:
-                result = bench.run(argv, raw)
-                point["status"] = "ok"
-            except Exception as exc:  # noqa: BLE001 - keep the other points going
-                result = {}
-                point.update(status="error", error=repr(exc)[:1000])
-                if server.proc is not None and server.proc.poll() is not None:
-                    point["error"] += f"; server died: {failure_reason(log)}"
+            runs = []
+            for r in range(args.repeats):
+                # Fresh prompts per point and per repeat.
+                seed = args.seed + 1000 * c + shape[0] + REPEAT_SEED_STEP * r
+                raw = work / "raw" / f"{name}{f'-r{r}' if r else ''}.json"
+                runs.append(measure(bench, server, log, argv_for(seed), raw))
+                if runs[-1]["status"] != "ok":
+                    break
+            point.update(pick_median(runs))
             point["wall_s"] = round(time.perf_counter() - start, 1)
-            deltas = metric_deltas(before, scrape_metrics(server.base))
-            keep = {k: v for k, v in result.items() if not isinstance(v, list | dict)}
-            keep["spec_decode_per_position_acceptance_rates"] = result.get(
-                "spec_decode_per_position_acceptance_rates"
-            )
-            point["result"] = keep
-            point["server_metrics"] = deltas
             (work / "points").mkdir(exist_ok=True)
             (work / "points" / f"{name}.json").write_text(json.dumps(point, indent=1))
+            spread = ""
+            if len(point.get("repeats", [])) > 1:
+                tps = [x["output_throughput"] for x in point["repeats"]]
+                spread = f" (median of {len(tps)}: {min(tps):,.0f}-{max(tps):,.0f})"
+            keep = point["result"]
             print(
                 f"== {name}: {point['status']}, {point['wall_s']} s, output "
-                f"{keep.get('output_throughput', 0):,.0f} tok/s, TPOT "
+                f"{keep.get('output_throughput', 0):,.0f} tok/s{spread}, TPOT "
                 f"{keep.get('mean_tpot_ms', 0):.2f} ms",
                 flush=True,
             )
@@ -732,16 +801,19 @@ def write_report(
     lines += [
         "",
         "Greedy (temperature 0), `--ignore-eos`, random prompts, all requests sent "
-        "at once under `--max-concurrency`; output tok/s from `vllm bench serve`; "
+        "at once under `--max-concurrency`; output tok/s from `vllm bench serve` "
+        "(with `--repeats N`: the run with the median output tok/s; 'over "
+        "repeats' spans the slowest DSpark run over the fastest baseline run to "
+        "the reverse); "
         "acceptance length = 1 + accepted / drafts from the server's /metrics; "
         "engine step = benchmark duration / engine iterations (/metrics).",
         "",
         "## Summary",
         "",
         "| shape (in/out) | c | baseline tok/s | DSpark tok/s | DSpark / baseline "
-        "| goal | accept len | TPOT base / DSpark (ms) | in-tree tok/s "
-        f"| Spark2_5 / in-tree (goal ≥ {IN_TREE_GOAL}×) |",
-        "|---|---:|---:|---:|---:|---|---:|---|---:|---:|",
+        "| over repeats | goal | accept len | TPOT base / DSpark (ms) | in-tree "
+        f"tok/s | Spark2_5 / in-tree (goal ≥ {IN_TREE_GOAL}×) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
     ]
     goals = {1: 2.0, 64: 1.2}
     for shape in shapes:
@@ -768,7 +840,8 @@ def write_report(
             )
             lines.append(
                 f"| {shape} ({ins[0]}/{ins[1]}) | {c} | {_fmt(b, '{:,.0f}')} "
-                f"| {_fmt(s, '{:,.0f}')} | {_ratio(s, b)} | {goal_txt} "
+                f"| {_fmt(s, '{:,.0f}')} | {_ratio(s, b)} | {repeat_range(base, spec)} "
+                f"| {goal_txt} "
                 f"| {_fmt(_value(spec, 'acceptance_length'), '{:.2f}')} | {tpot} "
                 f"| {_fmt(t, '{:,.0f}')} | {_ratio(b, t)}{tree_goal} |"
             )
@@ -836,6 +909,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max-prompts", type=int, default=2000)
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per point on the same server (fresh prompts each); the "
+        "report takes the median and shows the spread",
+    )
+    p.add_argument(
         "--num-prompts", type=int, help="the same for every point (toy runs)"
     )
     p.add_argument("--temperature", type=float, default=0.0)
@@ -878,6 +958,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     args.report_dir = args.report_dir or args.work_dir
     table = dict(SHAPES)
     names = []
@@ -925,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
                     cfg, shape, c, args.point_seconds, args.max_prompts
                 )
                 todo.append((shape_name, c, prompts))
-                est = estimate(cfg, mode, shape, c, prompts)
+                est = args.repeats * estimate(cfg, mode, shape, c, prompts)
                 total += est
                 print(f"  {name}: {prompts} prompts, ~{est:.0f} s")
         if todo:

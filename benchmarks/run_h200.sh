@@ -30,7 +30,8 @@
 #   small-train the ~1B "small" target (+ its Llama twin) with a trained draft:
 #               /tmp/small, /tmp/small-llama, /tmp/small-dspark (about 4 minutes)
 #   small-serve that checkpoint served, both shapes, SMALL_MODES (default
-#               "baseline dspark") at SMALL_CONCURRENCIES (default "1 64");
+#               "baseline dspark") at SMALL_CONCURRENCIES (default "1 64"),
+#               SMALL_REPEATS runs per point (default 1; the median counts);
 #               points already measured in /tmp/matrix-small are kept
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
@@ -175,7 +176,7 @@ for stage in "$@"; do
         --work-dir /tmp/matrix-small --report-dir "$OUT/small-serve" \
         --modes ${SMALL_MODES:-baseline dspark} \
         --concurrencies ${SMALL_CONCURRENCIES:-1 64} --point-seconds 15 \
-        --port "${SERVE_PORT:-8000}"
+        --repeats "${SMALL_REPEATS:-1}" --port "${SERVE_PORT:-8000}"
       ;;
     llama-repeat)
       [ -d /tmp/small-llama ] || small_train
