@@ -10,14 +10,9 @@ does with an fp8 cache. Speed itself is measured on the GPU
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from vllm_spark2_5_plugin.ops.fixed_history_codegen import (
-    compile_for_nvidia,
-    compile_uniform_batch,
-)
+from vllm_spark2_5_plugin.ops.fixed_history_codegen import compile_uniform_batch
 
 #: (requests, context L, draft block B, window W, query heads, KV heads, D):
 #: the five shapes of the kernel benchmark.
@@ -43,21 +38,9 @@ OTHER_SHAPES = {
 def compile_shape(shape, q_dtype: str, kv_dtype: str, **plan_changes):
     """The H200's default plan for ``shape`` (with ``plan_changes``) and its
     sm_90 code."""
-    plan, code = compile_uniform_batch(shape, q_dtype=q_dtype, kv_dtype=kv_dtype)
-    if not plan_changes:
-        return plan, code
-    plan = dataclasses.replace(plan, **plan_changes)
-    _, _, _, window, heads, kv_heads, head_dim = shape
-    code = compile_for_nvidia(
-        plan,
-        q_dtype=q_dtype,
-        kv_dtype=kv_dtype,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        window=window,
+    return compile_uniform_batch(
+        shape, q_dtype=q_dtype, kv_dtype=kv_dtype, **plan_changes
     )
-    return plan, code
 
 
 @pytest.mark.parametrize("q_dtype", ["bfloat16", "float16"])

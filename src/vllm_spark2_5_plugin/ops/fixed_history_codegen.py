@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from typing import Any
 
 from vllm_spark2_5_plugin.ops.fixed_history_launch import (
     LaunchPlan,
@@ -171,9 +172,11 @@ def compile_uniform_batch(
     num_sms: int = 132,
     page_size: int = 16,
     arch: int = 90,
+    **plan_changes: Any,
 ) -> tuple[LaunchPlan, Codegen]:
     """The plan the launch heuristic picks on a GPU with ``num_sms`` SMs (an
-    H200 by default) for ``shape = (R, L, B, W, nH, nKV, D)``, and its code."""
+    H200 by default) for ``shape = (R, L, B, W, nH, nKV, D)``, with the
+    :class:`LaunchPlan` fields in ``plan_changes`` changed, and its code."""
     import torch
 
     plan = uniform_batch_plan(
@@ -183,6 +186,8 @@ def compile_uniform_batch(
         page_size=page_size,
         kv_fp8=kv_dtype.startswith("float8"),
     )
+    if plan_changes:
+        plan = dataclasses.replace(plan, **plan_changes)
     _, _, _, window, heads, kv_heads, head_dim = shape
     code = compile_for_nvidia(
         plan,
