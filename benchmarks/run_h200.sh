@@ -33,13 +33,14 @@
 #               "baseline dspark") at SMALL_CONCURRENCIES (default "1 64"),
 #               SMALL_REPEATS runs per point (default 1; the median counts);
 #               points already measured in /tmp/matrix-small are kept
-#   plugin-ab   a DSpark step with this plugin and with an older checkout of
-#               it (PLUGIN_BASELINE: a directory carried with the call, e.g.
-#               `git worktree add .gpu-vllm/plugin-old REV`), alternated
+#   plugin-ab   a DSpark step with this plugin and with older checkouts of
+#               it (PLUGIN_BASELINE: directories carried with the call, e.g.
+#               `git archive REV pyproject.toml src | tar -x -C
+#               .gpu-vllm/plugin-REV`; several for a bisect), in turn,
 #               PLUGIN_AB_ROUNDS times (default 2) on /tmp/small (made if
 #               missing), profile_decode.py offline with PLUGIN_AB_ARGS
-#               (default: concurrency 64, 128 in, 512 out): finds which side
-#               of a commit a DSpark slowdown lies on
+#               (default: concurrency 64, 128 in, 512 out): finds which
+#               commit a DSpark slowdown came with
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
 #               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
@@ -175,27 +176,40 @@ for stage in "$@"; do
       done
       ;;
     plugin-ab)
-      if [ -z "${PLUGIN_BASELINE:-}" ] || [ ! -f "${PLUGIN_BASELINE}/pyproject.toml" ]; then
-        echo "plugin-ab needs PLUGIN_BASELINE=<an older checkout of this repository>" >&2
+      # PLUGIN_BASELINE: one or more older checkouts (space-separated).
+      trees=()
+      for tree in ${PLUGIN_BASELINE:-}; do
+        if [ ! -f "$tree/pyproject.toml" ]; then
+          echo "plugin-ab: $tree is not a checkout of this repository" >&2
+          status=1
+          continue 2
+        fi
+        trees+=("$tree")
+      done
+      if [ "${#trees[@]}" -eq 0 ]; then
+        echo "plugin-ab needs PLUGIN_BASELINE=<older checkouts of this repository>" >&2
         status=1
         continue
       fi
       [ -d /tmp/small ] || run make-small python3 -m \
         vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
-      # The older plugin in its own folder, put first on the path in place of
-      # this one (the install puts this one first: /tmp/project-site).
-      old_site=/tmp/project-baseline
-      rm -rf "$old_site"
-      python3 -m pip install -q --no-index --no-deps --no-build-isolation \
-        --no-compile --target "$old_site" "$PLUGIN_BASELINE" 2>&1 | tail -3
-      old_path="$old_site:${PYTHONPATH#*:}"
+      # Each older plugin in its own folder, put first on the path in place
+      # of this one (the install puts this one first: /tmp/project-site).
+      sides=(current)
+      declare -A side_path=([current]=$PYTHONPATH)
+      for tree in "${trees[@]}"; do
+        side=$(basename "$tree")
+        rm -rf "/tmp/project-$side"
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation \
+          --no-compile --target "/tmp/project-$side" "$tree" 2>&1 | tail -3
+        side_path[$side]="/tmp/project-$side:${PYTHONPATH#*:}"
+        sides+=("$side")
+      done
       # shellcheck disable=SC2206  # an argument list
       point=(${PLUGIN_AB_ARGS:---concurrency 64 --input-len 128 --output-len 512})
       for round in $(seq "${PLUGIN_AB_ROUNDS:-2}"); do
-        for side in current baseline; do
-          env_path=$PYTHONPATH
-          [ "$side" = baseline ] && env_path=$old_path
-          PYTHONPATH=$env_path run "plugin-ab-$side-$round" python3 \
+        for side in "${sides[@]}"; do
+          PYTHONPATH=${side_path[$side]} run "plugin-ab-$side-$round" python3 \
             benchmarks/profile_decode.py /tmp/small --dspark "${point[@]}" \
             --phases offline --label "ab-$side-$round" --out "$OUT" \
             --log-dir "/tmp/profile-logs-ab-$side-$round"
