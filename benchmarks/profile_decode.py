@@ -384,6 +384,13 @@ def offline_child(args: argparse.Namespace) -> None:
 
         if torch.cuda.is_available():
             result["gpu"] = torch.cuda.get_device_name()
+    # Which copy of the plugin the engine ran (run_h200.sh plugin-ab swaps it).
+    plugin = sys.modules.get("vllm_spark2_5_plugin")
+    if plugin is not None:
+        result["plugin"] = {
+            "version": getattr(plugin, "__version__", None),
+            "path": str(Path(plugin.__file__).parent),
+        }
     Path(args.child_out).write_text(json.dumps(_round(result)))
 
 
