@@ -358,7 +358,13 @@ class Bench:
         self.subprocess_mode = subprocess_mode
         if not subprocess_mode:
             from vllm.benchmarks.serve import add_cli_args, main
+            from vllm.plugins import load_general_plugins
             from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            # The client reads the checkpoint's config.json for its tokenizer:
+            # with the plugin's config registered, vLLM parses it instead of
+            # logging "Error parsing config ... model type `spark2_5`".
+            load_general_plugins()
 
             parser = FlexibleArgumentParser()
             add_cli_args(parser)
@@ -647,26 +653,13 @@ def run_mode(
         for shape_name, c, prompts in todo:
             shape = args.shape_table[shape_name]
             name = point_name(mode, shape_name, c)
+            est = args.repeats * estimate(cfg, mode, shape, c, prompts)
             left = args.deadline - time.perf_counter()
-            if left < args.repeats * estimate(cfg, mode, shape, c, prompts):
+            if left < est:
                 print(f"== {name}: left for a later command ({left:.0f} s left)")
                 status["skipped"] = status.get("skipped", []) + [name]
                 continue
             (work / "raw").mkdir(parents=True, exist_ok=True)
-
-            def argv_for(seed: int, shape=shape, c=c, prompts=prompts) -> list[str]:
-                return bench_argv(
-                    str(model),
-                    server.base,
-                    shape,
-                    c,
-                    prompts,
-                    seed,
-                    args.temperature,
-                    shlex.split(args.bench_args),
-                )
-
-            est = args.repeats * estimate(cfg, mode, shape, c, prompts)
             runs_txt = f" x {args.repeats} runs" if args.repeats > 1 else ""
             print(
                 f"== {name}: {prompts} prompts{runs_txt}, estimated {est:.0f} s",
@@ -686,8 +679,18 @@ def run_mode(
             for r in range(args.repeats):
                 # Fresh prompts per point and per repeat.
                 seed = args.seed + 1000 * c + shape[0] + REPEAT_SEED_STEP * r
+                argv = bench_argv(
+                    str(model),
+                    server.base,
+                    shape,
+                    c,
+                    prompts,
+                    seed,
+                    args.temperature,
+                    shlex.split(args.bench_args),
+                )
                 raw = work / "raw" / f"{name}{f'-r{r}' if r else ''}.json"
-                runs.append(measure(bench, server, log, argv_for(seed), raw))
+                runs.append(measure(bench, server, log, argv, raw))
                 if runs[-1]["status"] != "ok":
                     break
             point.update(pick_median(runs))

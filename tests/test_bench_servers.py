@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,3 +192,47 @@ def test_a_concurrency_1_point_has_several_requests(matrix):
     }
     n = matrix.num_prompts_for(cfg, matrix.SHAPES["decode"], 1, 15.0, 2000)
     assert n >= 5, n
+
+
+@pytest.mark.slow
+def test_the_matrix_repeats_a_point_against_a_real_server(tiny_checkpoint, tmp_path):
+    """The matrix end to end on CPU: one `vllm serve` (the real CPU build with
+    the plugin), one point run twice with different prompts, the median run
+    standing for it, and no config-parsing error from the benchmark client."""
+    work = tmp_path / "matrix"
+    argv = [
+        sys.executable, str(_PATH), str(tiny_checkpoint),
+        "--work-dir", str(work), "--modes", "baseline",
+        "--shapes", "tiny=16:8", "--concurrencies", "1", "--num-prompts", "2",
+        "--repeats", "2", "--max-model-len", "256", "--max-num-seqs", "4",
+        "--warmups", "0", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    out = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    assert "Error parsing config" not in log, log[-4000:]
+
+    (point,) = json.loads((work / "matrix.json").read_text())["points"]
+    assert point["status"] == "ok" and point["num_prompts"] == 2, point
+    runs = point["repeats"]
+    assert len(runs) == 2, point
+    assert all(r["output_throughput"] > 0 for r in runs), runs
+    # The lower of the two runs stands for the point, with its own TPOT.
+    slower = min(runs, key=lambda r: r["output_throughput"])
+    assert point["result"]["output_throughput"] == slower["output_throughput"]
+    assert point["result"]["mean_tpot_ms"] == slower["mean_tpot_ms"]
+    # Two complete raw results, from two prompt seeds (vLLM's benchmark
+    # prints its arguments).
+    raws = [json.loads(p.read_text()) for p in sorted((work / "raw").glob("*.json"))]
+    assert [(r["completed"], r["failed"]) for r in raws] == [(2, 0), (2, 0)], raws
+    seeds = re.findall(r"Namespace\(.*?\bseed=(\d+)", log)
+    assert len(seeds) == 2 and seeds[0] != seeds[1], seeds
+    row = next(
+        line
+        for line in (work / "matrix.md").read_text().splitlines()
+        if line.startswith("| tiny (16/8) | 1 |")
+    )
+    assert "| – |" in row, row  # no DSpark run, so no span
