@@ -7,8 +7,9 @@
   the first one's server while it was still starting (seen on the H200:
   "server exited with -9 during start-up").
 * ``--repeats``: a point stands for the median of its runs, and the report
-  shows the spread. Two isolated H200 runs of the same matrix differed by up
-  to 40% at concurrency 1 and 64, more than the goals' margins."""
+  shows the spread. The DSpark/baseline ratios of two isolated H200 runs
+  differed by -26% to +67% at concurrency 1 and 64, more than the goals'
+  margins."""
 
 from __future__ import annotations
 
