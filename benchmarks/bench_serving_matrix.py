@@ -807,16 +807,18 @@ def write_report(
         "at once under `--max-concurrency`; output tok/s from `vllm bench serve` "
         "(with `--repeats N`: the run with the median output tok/s; 'over "
         "repeats' spans the slowest DSpark run over the fastest baseline run to "
-        "the reverse); "
+        "the reverse); DSpark step / base step = the modes' mean engine steps "
+        "(prefill steps included); "
         "acceptance length = 1 + accepted / drafts from the server's /metrics; "
         "engine step = benchmark duration / engine iterations (/metrics).",
         "",
         "## Summary",
         "",
         "| shape (in/out) | c | baseline tok/s | DSpark tok/s | DSpark / baseline "
-        "| over repeats | goal | accept len | TPOT base / DSpark (ms) | in-tree "
+        "| over repeats | goal | accept len | TPOT base / DSpark (ms) | DSpark "
+        "step / base step | in-tree "
         f"tok/s | Spark2_5 / in-tree (goal ≥ {IN_TREE_GOAL}×) |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|",
     ]
     goals = {1: 2.0, 64: 1.2}
     for shape in shapes:
@@ -841,11 +843,17 @@ def write_report(
                 f"{_fmt(_value(base, 'mean_tpot_ms'), '{:.2f}')} / "
                 f"{_fmt(_value(spec, 'mean_tpot_ms'), '{:.2f}')}"
             )
+            # What a DSpark step costs in baseline steps: the speed-up is the
+            # acceptance length over this (for decode-only steps).
+            step_ratio = _ratio(
+                _value(spec, "engine_step_ms"), _value(base, "engine_step_ms")
+            )
             lines.append(
                 f"| {shape} ({ins[0]}/{ins[1]}) | {c} | {_fmt(b, '{:,.0f}')} "
                 f"| {_fmt(s, '{:,.0f}')} | {_ratio(s, b)} | {repeat_range(base, spec)} "
                 f"| {goal_txt} "
                 f"| {_fmt(_value(spec, 'acceptance_length'), '{:.2f}')} | {tpot} "
+                f"| {step_ratio} "
                 f"| {_fmt(t, '{:,.0f}')} | {_ratio(b, t)}{tree_goal} |"
             )
     for shape in shapes:

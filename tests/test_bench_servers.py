@@ -156,6 +156,7 @@ def test_a_failed_repeat_fails_the_point(matrix):
 def test_the_report_shows_the_spread_over_repeats(matrix, tmp_path):
     base = matrix.pick_median([_run(100.0), _run(110.0), _run(105.0)])
     spec = matrix.pick_median([_run(240.0), _run(200.0), _run(220.0)])
+    spec["result"]["duration"] = 20.0
     assert matrix.repeat_range(base, spec) == f"{200 / 110:.2f}–{240 / 100:.2f}×"
     assert matrix.repeat_range(base, matrix.pick_median([_run(220.0)])) == "–"
 
@@ -174,6 +175,8 @@ def test_the_report_shows_the_spread_over_repeats(matrix, tmp_path):
     )
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2:7] == ["105", "220", "2.10×", "1.82–2.40×", "≥ 2.0× met"], row
+    # 100 engine steps each, in 20 s with DSpark and 10 s without.
+    assert cells[9] == "2.00×", row
 
 
 def test_repeats_must_be_positive(matrix):
