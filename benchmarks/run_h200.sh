@@ -37,8 +37,9 @@
 #               it (PLUGIN_BASELINE: directories carried with the call, e.g.
 #               `git archive REV pyproject.toml src | tar -x -C
 #               .gpu-vllm/plugin-REV`; several for a bisect), in turn,
-#               PLUGIN_AB_ROUNDS times (default 2) on /tmp/small (made if
-#               missing), profile_decode.py offline with PLUGIN_AB_ARGS
+#               PLUGIN_AB_ROUNDS times (default 2) on PLUGIN_AB_CKPT (default
+#               /tmp/small, made if missing), profile_decode.py offline with
+#               PLUGIN_AB_ARGS
 #               (default: concurrency 64, 128 in, 512 out): finds which
 #               commit a DSpark slowdown came with
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
@@ -191,8 +192,11 @@ for stage in "$@"; do
         status=1
         continue
       fi
-      [ -d /tmp/small ] || run make-small python3 -m \
-        vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      # PLUGIN_AB_CKPT: e.g. /tmp/small-dspark (after small-train) for a
+      # trained draft, whose accepted tokens make a step do more.
+      ab_ckpt=${PLUGIN_AB_CKPT:-/tmp/small}
+      [ -d "$ab_ckpt" ] || [ "$ab_ckpt" != /tmp/small ] || run make-small \
+        python3 -m vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
       # Each older plugin in its own folder, put first on the path in place
       # of this one (the install puts this one first: /tmp/project-site).
       sides=(current)
@@ -210,7 +214,7 @@ for stage in "$@"; do
       for round in $(seq "${PLUGIN_AB_ROUNDS:-2}"); do
         for side in "${sides[@]}"; do
           PYTHONPATH=${side_path[$side]} run "plugin-ab-$side-$round" python3 \
-            benchmarks/profile_decode.py /tmp/small --dspark "${point[@]}" \
+            benchmarks/profile_decode.py "$ab_ckpt" --dspark "${point[@]}" \
             --phases offline --label "ab-$side-$round" --out "$OUT" \
             --log-dir "/tmp/profile-logs-ab-$side-$round"
         done
