@@ -898,10 +898,10 @@ if not _IN_CHILD:
         with pytest.raises(ValueError, match=pattern):
             _plan(**dict(good, **{field: value}))
 
-    def _plan_for(shape, device):
+    def _plan_for(shape, device, kv_fp8=False):
         """The plan for a benchmark shape (R, L, B, W, nH, nKV, D), block size
         16, on a GPU with 132 SMs (an H200; no GPU needed)."""
-        return ops.uniform_batch_plan(shape, device=device, num_sms=132)
+        return ops.uniform_batch_plan(shape, device=device, num_sms=132, kv_fp8=kv_fp8)
 
     @pytest.mark.parametrize(
         "shape,persistent",
@@ -934,11 +934,18 @@ if not _IN_CHILD:
         # take that path.
         shape = (64, 8192, 8, 4096, 32, 8, head_dim)
         device = torch.device("cuda", 0)
-        fp8 = ops.uniform_batch_plan(shape, device=device, num_sms=132, kv_fp8=True)
+        fp8 = _plan_for(shape, device, kv_fp8=True)
         assert fp8.fp8_f16_dot is f16_dot, fp8
-        bf16 = ops.uniform_batch_plan(shape, device=device, num_sms=132)
-        assert not bf16.fp8_f16_dot and bf16 == dataclasses.replace(
-            fp8, fp8_f16_dot=False
+        bf16 = _plan_for(shape, device)
+        assert not bf16.fp8_f16_dot
+        # Below D = 128 fp8 tiles take twice the keys (the same bytes) with one
+        # stage less; everything else is the bf16 plan.
+        wider = head_dim < 128
+        assert fp8 == dataclasses.replace(
+            bf16,
+            fp8_f16_dot=f16_dot,
+            block_n=bf16.block_n * (2 if wider else 1),
+            num_stages=bf16.num_stages - (1 if wider else 0),
         )
 
     def test_plan_for_the_h200_benchmark_shapes():
@@ -959,6 +966,19 @@ if not _IN_CHILD:
         for shape, want in plans.items():
             assert _plan_for(shape, torch.device("cuda", 0)) == want, shape
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
+        # fp8 caches (the 2026-12-01 sweep): the D = 128 plans unchanged but
+        # for the dot path, wider tiles at the 128-row and the D = 64 shapes.
+        fp8_plans = {
+            **{shape: persistent_d128 for shape in list(plans)[:3]},
+            (32, 32768, 16, 4096, 32, 4, 128): _plan(
+                16, 64, num_splits=2, num_stages=3, asm_page_load=True
+            ),
+            (128, 8192, 8, 4096, 16, 16, 64): _plan(
+                8, 128, num_stages=3, asm_page_load=True, fp8_f16_dot=True
+            ),
+        }
+        for shape, want in fp8_plans.items():
+            assert _plan_for(shape, torch.device("cuda", 0), kv_fp8=True) == want
 
     @pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
     def test_limits_accept_supported_head_dims(head_dim):
