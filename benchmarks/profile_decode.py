@@ -752,7 +752,10 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(_round(record), indent=1) + "\n")
     print("ANSWER:", record["answer"])
     print(f"wrote {out}")
-    return 0
+    # A phase that did not run to the end fails the command (run_h200.sh
+    # counts a stage as failed by its exit status).
+    ran = [phase for phase in (offline, server) if phase]
+    return 0 if all(phase.get("status") == "ok" for phase in ran) else 1
 
 
 if __name__ == "__main__":

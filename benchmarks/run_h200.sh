@@ -29,10 +29,15 @@
 #               before) and no speculation (target)
 #   small-train the ~1B "small" target (+ its Llama twin) with a trained draft:
 #               /tmp/small, /tmp/small-llama, /tmp/small-dspark (about 4 minutes)
-#   small-serve that checkpoint served, both shapes, SMALL_MODES (default
-#               "baseline dspark") at SMALL_CONCURRENCIES (default "1 64"),
-#               SMALL_REPEATS runs per point (default 1; the median counts);
-#               points already measured in /tmp/matrix-small are kept
+#               SMALL_TRAIN_PROMPTS training sequences (default 512)
+#   small-serve that checkpoint served, SMALL_SHAPES (default "published
+#               decode"), SMALL_MODES (default "baseline dspark") at
+#               SMALL_CONCURRENCIES (default "1 64"), SMALL_REPEATS runs per
+#               point (default 1; the median counts); points already measured
+#               in /tmp/matrix-small (-$SMALL_TAG when set: a new draft needs
+#               a new tag) are kept
+#   fp8kv-profile the tiny checkpoint's DSpark step with a bf16 and an fp8 KV
+#               cache (profile_decode.py offline, 64 requests, 128 in, 512 out)
 #   plugin-ab   a DSpark step with this plugin and with older checkouts of
 #               it (PLUGIN_BASELINE: directories carried with the call, e.g.
 #               `git archive REV pyproject.toml src | tar -x -C
@@ -109,7 +114,8 @@ small_train() {  # the trained checkpoint of benchmarks/dspark_serving_h200.md
     vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small --in-tree llama; }
   run small-train spark2_5-train-dspark /tmp/small /tmp/small-dspark --overwrite \
     --device cuda --dtype bfloat16 --continuations vllm --vllm-dtype bfloat16 \
-    --vllm-gpu-memory-utilization 0.5 --num-prompts 512 --eval-prompts 16 \
+    --vllm-gpu-memory-utilization 0.5 --num-prompts "${SMALL_TRAIN_PROMPTS:-512}" \
+    --eval-prompts 16 \
     --prompt-len 64 --gen-len 256 --steps 2000 --lr 5e-4 --warmup 100 \
     --batch-anchors 256 --anchors-per-seq 32 --init-draft target --log-every 200 \
     --save-sequences /tmp/small-seqs.json
@@ -221,12 +227,24 @@ for stage in "$@"; do
       done
       ;;
     small-train) small_train ;;
+    fp8kv-profile)
+      [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
+        --dtype bfloat16 > /dev/null
+      for cache in auto fp8; do
+        run "fp8kv-profile-$cache" python3 benchmarks/profile_decode.py /tmp/tiny \
+          --dspark --concurrency 64 --input-len 128 --output-len 512 \
+          --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}" \
+          --phases offline --label "tiny-c64-$cache" --out "$OUT" \
+          --log-dir "/tmp/profile-logs-tiny-$cache"
+      done
+      ;;
     small-serve)
       [ -d /tmp/small-dspark ] || small_train
       mkdir -p "$OUT/small-serve"
       # shellcheck disable=SC2086  # mode and concurrency lists
       run small-serve python3 benchmarks/bench_serving_matrix.py /tmp/small-dspark \
-        --work-dir /tmp/matrix-small --report-dir "$OUT/small-serve" \
+        --work-dir "/tmp/matrix-small${SMALL_TAG:+-$SMALL_TAG}" \
+        --report-dir "$OUT/small-serve" --shapes ${SMALL_SHAPES:-published decode} \
         --modes ${SMALL_MODES:-baseline dspark} \
         --concurrencies ${SMALL_CONCURRENCIES:-1 64} --point-seconds 15 \
         --repeats "${SMALL_REPEATS:-1}" --port "${SERVE_PORT:-8000}"

@@ -240,3 +240,53 @@ def test_the_matrix_repeats_a_point_against_a_real_server(tiny_checkpoint, tmp_p
         if line.startswith("| tiny (16/8) | 1 |")
     )
     assert "| – |" in row, row  # no DSpark run, so no span
+
+
+_PROFILE = _PATH.with_name("profile_decode.py")
+
+
+def _profile(checkpoint: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable, str(_PROFILE), str(checkpoint), "--out", str(out),
+        "--phases", "offline", "--concurrency", "2", "--input-len", "16",
+        "--output-len", "48", "--max-model-len", "256", "--max-num-seqs", "4",
+        "--max-num-batched-tokens", "256", "--profiler-activity", "cpu",
+        "--profile-skip", "2", "--profile-steps", "5", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.mark.slow
+def test_the_decode_profiler_times_steady_steps_on_a_real_engine(
+    tiny_checkpoint, tmp_path
+):
+    """profile_decode.py offline on CPU: the real engine with the plugin, every
+    request decoding, the steps timed and their parts no longer than the
+    step, and the plugin that ran recorded."""
+    out = _profile(tiny_checkpoint, tmp_path, "--label", "cpu")
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    record = json.loads((tmp_path / "profile-cpu.json").read_text())
+    offline = record["offline"]
+    assert offline["status"] == "ok", offline
+    assert offline["output_tokens"] == 2 * 48, offline
+    assert offline["steady_steps"] > 10, offline
+    step = offline["median_per_step_ms"]
+    assert step["reqs"] == 2 and step["tokens"] == 2, step
+    parts = ("schedule", "execute_model", "sample_tokens", "update_from_output")
+    assert 0 < sum(step[p] for p in parts) <= step["engine_core_step"] * 1.05, step
+    assert offline["plugin"]["path"].endswith("vllm_spark2_5_plugin"), offline
+
+
+@pytest.mark.slow
+def test_a_failed_profile_fails_the_command(tiny_checkpoint, tmp_path):
+    """A phase that does not run (here DSpark, which vLLM's CPU build refuses)
+    is recorded as an error and the command exits non-zero, so the GPU
+    scripts count the stage as failed."""
+    out = _profile(tiny_checkpoint, tmp_path, "--label", "refused", "--dspark")
+    assert out.returncode == 1, (out.stdout + out.stderr)[-4000:]
+    record = json.loads((tmp_path / "profile-refused.json").read_text())
+    assert record["offline"]["status"] == "error", record["offline"]
+    assert "dspark" in record["offline"]["error"].lower(), record["offline"]
