@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The GPU checks, in stages that each fit one call to the lent H200 (see
-# benchmarks/h200_results.md for how vLLM gets there). Run from the repository
-# root with a CUDA build of vLLM 0.32.0 and this plugin installed:
+# The GPU checks, in stages (results and how each was run: README, "Results
+# on an H200", and benchmarks/*_h200.md). Run from the repository root with a
+# CUDA build of vLLM 0.32.0 and this plugin installed:
 #
 #   bash benchmarks/run_h200.sh kernel e2e        # one or more stages
+#
+# A list of stages longer than one device call runs as a background job
+# (benchmarks/h200_background.sh).
 #
 # Stages:
 #   kernel      fixed-history kernel: CUDA tests + the five-shape benchmark
