@@ -39,8 +39,9 @@
 #               point (default 1; the median counts); points already measured
 #               in /tmp/matrix-small (-$SMALL_TAG when set: a new draft needs
 #               a new tag) are kept
-#   fp8kv-profile the tiny checkpoint's DSpark step with a bf16 and an fp8 KV
-#               cache (profile_decode.py offline, 64 requests, 128 in, 512 out)
+#   fp8kv-profile the DSpark step with a bf16 and an fp8 KV cache
+#               (profile_decode.py offline, 64 requests, 128 in, 512 out) for
+#               each checkpoint of FP8KV_CKPTS (default /tmp/tiny)
 #   plugin-ab   a DSpark step with this plugin and with older checkouts of
 #               it (PLUGIN_BASELINE: directories carried with the call, e.g.
 #               `git archive REV pyproject.toml src | tar -x -C
@@ -233,12 +234,15 @@ for stage in "$@"; do
     fp8kv-profile)
       [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
         --dtype bfloat16 > /dev/null
-      for cache in auto fp8; do
-        run "fp8kv-profile-$cache" python3 benchmarks/profile_decode.py /tmp/tiny \
-          --dspark --concurrency 64 --input-len 128 --output-len 512 \
-          --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}" \
-          --phases offline --label "tiny-c64-$cache" --out "$OUT" \
-          --log-dir "/tmp/profile-logs-tiny-$cache"
+      for ckpt in ${FP8KV_CKPTS:-/tmp/tiny}; do
+        for cache in auto fp8; do
+          tag=$(basename "$ckpt")-c64-$cache
+          run "fp8kv-profile-$tag" python3 benchmarks/profile_decode.py "$ckpt" \
+            --dspark --concurrency 64 --input-len 128 --output-len 512 \
+            --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}" \
+            --phases offline --label "$tag" --out "$OUT" \
+            --log-dir "/tmp/profile-logs-$tag"
+        done
       done
       ;;
     small-serve)
