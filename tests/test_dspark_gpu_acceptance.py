@@ -23,7 +23,7 @@ The same comparison runs on a draft trained elsewhere (the ~1B ``small``
 preset of ``benchmarks/dspark_serving.md``): ``SPARK2_5_ACCEPTANCE_CHECKPOINT``
 names the trained checkpoint and ``SPARK2_5_ACCEPTANCE_SEQUENCES`` the file that
 ``spark2_5-train-dspark --save-sequences`` wrote; the first prompts of that file
-are served.
+(its held-out ones, then training ones) are served.
 
 Skipped without CUDA and a CUDA build of vLLM. Results also go to
 ``$SPARK2_5_ORACLE_OUT/acceptance.json`` when that variable is set.

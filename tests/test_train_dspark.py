@@ -262,11 +262,27 @@ def test_summary_names_the_data_it_trained_on(sequences, runs) -> None:
     _, summary = runs[0]
     seqs = json.loads(sequences.read_text())["sequences"]
     digest = summary["sequences_sha256"]
-    assert digest["train"] == sequences_digest(seqs[:N_TRAIN])
-    assert digest["eval"] == sequences_digest(seqs[N_TRAIN : N_TRAIN + N_EVAL])
-    changed = [list(s) for s in seqs[:N_TRAIN]]
+    # Held-out first, then the training sequences.
+    assert digest["eval"] == sequences_digest(seqs[:N_EVAL])
+    assert digest["train"] == sequences_digest(seqs[N_EVAL : N_EVAL + N_TRAIN])
+    changed = [list(s) for s in seqs[N_EVAL : N_EVAL + N_TRAIN]]
     changed[-1][-1] += 1
     assert sequences_digest(changed) != digest["train"]
+
+
+def test_held_out_set_does_not_depend_on_the_amount_of_training_data(
+    tiny, sequences, runs, tmp_path
+) -> None:
+    """Fewer training sequences, same held-out ones: recipes that differ in
+    --num-prompts are compared on one held-out set."""
+    fewer = _train(
+        tiny, tmp_path / "fewer", sequences, "--num-prompts", "2", "--seed", "7"
+    )
+    full = runs[0][1]
+    assert fewer["sequences_sha256"]["eval"] == full["sequences_sha256"]["eval"]
+    assert fewer["sequences_sha256"]["train"] != full["sequences_sha256"]["train"]
+    # The same untrained draft on the same held-out sequences.
+    assert fewer["acceptance"]["before"] == full["acceptance"]["before"]
 
 
 def test_written_checkpoint(tiny, runs) -> None:

@@ -153,7 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=0)
     add("--steps", type=int, default=1000)
     add("--num-prompts", type=int, default=64, help="training sequences")
-    add("--eval-prompts", type=int, default=8, help="held-out sequences (0: no eval)")
+    add(
+        "--eval-prompts",
+        type=int,
+        default=8,
+        help="held-out sequences, drawn before the training ones (0: no eval)",
+    )
     add("--prompt-len", type=int, default=64)
     add("--gen-len", type=int, default=256)
     add("--lr", type=float, default=1e-3)
@@ -259,7 +264,8 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
     torch.manual_seed(args.seed)
     src, dst, device = args.input, args.output, torch.device(args.device)
     dtype = DTYPES[args.dtype]
-    n_train, n_all = args.num_prompts, args.num_prompts + args.eval_prompts
+    n_train, n_eval = args.num_prompts, args.eval_prompts
+    n_all = n_train + n_eval
     mark = time.time()
     target, plen, seqs = target_and_sequences(
         src,
@@ -277,12 +283,15 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
     )
     if args.save_sequences is not None:
         write_sequences(args.save_sequences, plen, seqs)
+    # The held-out sequences come first: the same ones whatever --num-prompts
+    # is, so runs with more or less training data are judged on one set.
+    eval_seqs, train_seqs = seqs[:n_eval], seqs[n_eval:]
     times["continuations_s"] = time.time() - mark
     mark = time.time()
     feats = torch.stack(
-        [target_features(target, s, cfg.target_layer_ids) for s in seqs[:n_train]]
+        [target_features(target, s, cfg.target_layer_ids) for s in train_seqs]
     )
-    tokens = torch.tensor(seqs[:n_train], device=device)
+    tokens = torch.tensor(train_seqs, device=device)
     times["target_features_s"] = time.time() - mark
 
     param_dtype = torch.float64 if dtype == torch.float64 else torch.float32
@@ -307,7 +316,6 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
         weights |= {prefix_out + n: p.detach() for n, p in draft.named_parameters()}
         return DSparkReference({**raw, **cfg.config_fields()}, weights, dtype, device)
 
-    eval_seqs = seqs[n_train:]
     before = after = None
     if eval_seqs:
         mark = time.time()
@@ -341,7 +349,7 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
     # Two runs that differ tell from these whether their data differed (the
     # target's continuations) or only the training itself.
     summary["sequences_sha256"] = {
-        "train": sequences_digest(seqs[:n_train]),
+        "train": sequences_digest(train_seqs),
         "eval": sequences_digest(eval_seqs),
     }
     return summary
