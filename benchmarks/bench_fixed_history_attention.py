@@ -11,9 +11,11 @@ cache the way vLLM 0.32.0 lays it out by default (LBNHC: physically
 [num_blocks, block_size, nKV, 2*D]; K/V are ``kv_cache.transpose(1,
 2).split(D, -1)`` of the per-layer [num_blocks, nKV, block_size, 2*D] view),
 holding all L + B positions of every request in randomly permuted (scattered)
-blocks. q is bf16; the cache is bf16 (``--kv-cache-dtype auto``) or fp8 e4m3
-holding K / k_scale and V / v_scale with float32 scale tensors on the device
-(``--kv-cache-dtype fp8``, vLLM's layer._k_scale/_v_scale). Both rows of a
+blocks (Python's ``random.shuffle``, so every torch version places them alike;
+``--pages sequential``: each request's blocks in order). q is bf16; the
+cache is bf16 (``--kv-cache-dtype auto``) or fp8 e4m3 holding K / k_scale
+and V / v_scale with float32 scale tensors on the device (``--kv-cache-dtype
+fp8``, vLLM's layer._k_scale/_v_scale). Both rows of a
 shape are printed next to each other. It then times:
 
 * kernel      fixed_history_attention(...) as called (launch wrapper included);
@@ -57,6 +59,7 @@ import datetime
 import functools
 import math
 import platform
+import random
 import sys
 from pathlib import Path
 
@@ -160,6 +163,10 @@ def copy_bandwidth():
 
 
 LAYOUT = "nhd"
+#: Where each request's pages lie in the cache: "scattered" (a permutation of
+#: all blocks by Python's random.shuffle with the shape's seed, the same
+#: under every torch version) or "sequential" (request by request).
+PAGES = "scattered"
 
 
 def build(shape, seed=0, kv_dtype="bf16"):
@@ -188,7 +195,10 @@ def build(shape, seed=0, kv_dtype="bf16"):
         )
     kv_cache = raw.permute(0, 2, 1, 3) if LAYOUT == "nhd" else raw
     k, v = kv_cache.transpose(1, 2).split(D, -1)
-    perm = torch.randperm(num_blocks, device=DEVICE, generator=gen)
+    order = list(range(num_blocks))
+    if PAGES == "scattered":
+        random.Random(seed).shuffle(order)
+    perm = torch.tensor(order, device=DEVICE)
     bt = perm[: R * pages_per_req].view(R, pages_per_req).to(torch.int32)
     ctx = torch.full((R,), L, dtype=torch.int32, device=DEVICE)
     qsl = torch.arange(0, (R + 1) * B, B, dtype=torch.int32, device=DEVICE)
@@ -545,6 +555,13 @@ def parse_args(argv=None):
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
     ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd")
+    ap.add_argument(
+        "--pages",
+        choices=("scattered", "sequential"),
+        default="scattered",
+        help="block placement: a seeded permutation of all blocks (default) or "
+        "each request's blocks in order",
+    )
     ap.add_argument("--md", default=None, help="write the markdown table here")
     ap.add_argument(
         "--smoke",
@@ -557,8 +574,8 @@ def parse_args(argv=None):
 
 def main():
     args = parse_args()
-    global SHAPES, DTYPE, LAYOUT, BASELINE
-    LAYOUT = args.layout
+    global SHAPES, DTYPE, LAYOUT, PAGES, BASELINE
+    LAYOUT, PAGES = args.layout, args.pages
     if args.baseline_kernel:
         BASELINE = load_kernels(args.baseline_kernel)
     if args.smoke:
@@ -598,7 +615,7 @@ def main():
         f"Copy bandwidth (read+write): {bw / 1e12:.2f} TB/s; q in {DTYPE}; KV "
         f"caches {', '.join(map(kv_dtype_name, kv_dtypes))} (fp8: e4m3, k_scale "
         f"{K_SCALE}, v_scale {V_SCALE} as device tensors); block size {PAGE}, "
-        f"scattered blocks, KV layout {LAYOUT.upper()}; times are medians in "
+        f"{PAGES} blocks, KV layout {LAYOUT.upper()}; times are medians in "
         "microseconds; the floor reads the K/V window once at the cache's bytes "
         "per element.",
         "",
