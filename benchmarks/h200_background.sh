@@ -10,7 +10,7 @@
 #   bash benchmarks/h200_background.sh stop NAME
 #
 # `start` copies the repository (without the vLLM bundle's parts) to
-# /tmp/h200-bg/NAME/repo and runs COMMAND there with bash in a new process
+# /tmp/h200-bg/NAME/repo (H200_BG_DIR replaces /tmp/h200-bg) and runs COMMAND there with bash in a new process
 # session (setsid: the device tool ends a call's processes when the call
 # returns, except those), with OUT=/tmp/h200-bg/NAME/out and the caller's
 # environment (source env.sh and install the project first). `wait` returns
@@ -20,7 +20,7 @@
 # call). Issue the next `wait` within the lease's idle limit (30 s), and give
 # it SECONDS that end well before the session's device time does.
 set -uo pipefail
-BG=/tmp/h200-bg
+BG=${H200_BG_DIR:-/tmp/h200-bg}  # one folder per job
 
 running() {  # NAME: the job's process session still has a process
   local pid
@@ -70,12 +70,14 @@ case "${1:-}" in
     fi
     rm -rf "$dir" && mkdir -p "$dir/repo" "$dir/out"
     tar -c --exclude='./.gpu-vllm/part-*' --exclude='./.gpu-vllm/first' \
-      --exclude='./.git' --exclude='./.venv' . | tar -x -C "$dir/repo"
+      --exclude='./.git' --exclude='./.venv*' . | tar -x -C "$dir/repo"
     # The job's shell leads the new session: it writes its pid (the session
     # id) first and its exit status last; its log holds everything else.
-    (cd "$dir/repo" && OUT=$dir/out setsid nohup bash -c \
-      'echo $$ > "$0/pid"; eval "$1"; echo $? > "$0/rc"' "$dir" "$3" \
-      > "$dir/log" 2>&1 < /dev/null &)
+    # Every descriptor of the background subshell goes to the log, so nothing
+    # keeps the caller's output open while the job runs.
+    (cd "$dir/repo" && OUT=$dir/out exec setsid nohup bash -c \
+      'echo $$ > "$0/pid"; (eval "$1"); echo $? > "$0/rc"' "$dir" "$3") \
+      > "$dir/log" 2>&1 < /dev/null &
     for _ in $(seq 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
     echo "started $name (pid $(cat "$dir/pid")), log $dir/log"
     ;;
