@@ -242,6 +242,10 @@ for stage in "$@"; do
             --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}" \
             --phases offline --label "$tag" --out "$OUT" \
             --log-dir "/tmp/profile-logs-$tag"
+          # Which attention backends the engine chose, and whether the draft
+          # ran in CUDA graphs ("running the draft eagerly" otherwise).
+          grep -h -i -E "backend|cuda ?graph|eager" "/tmp/profile-logs-$tag"/* \
+            > "$OUT/fp8kv-engine-$tag.txt" 2>/dev/null
         done
       done
       ;;
