@@ -986,6 +986,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+#: Log lines kept from the middle of a server log (vLLM's warnings say which
+#: backend or mode a server fell back to).
+_NOTABLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback")
+
+
+def log_excerpt(lines: list[str], head: int = 5, tail: int = 60, middle: int = 200):
+    """The first ``head`` and last ``tail`` lines of a log, with at most
+    ``middle`` warning and error lines from between them."""
+    if len(lines) <= head + tail:
+        return list(lines)
+    between = [line for line in lines[head:-tail] if _NOTABLE.search(line)]
+    return lines[:head] + ["...", *between[:middle], "..."] + lines[-tail:]
+
+
 def main(argv: list[str] | None = None) -> int:
     start_time = time.perf_counter()
     exit_on_sigterm()
@@ -1056,13 +1070,16 @@ def main(argv: list[str] | None = None) -> int:
         report()
         print(f"== {mode}: {statuses[mode]['status']} in {statuses[mode]['wall_s']} s")
     report()
-    # The end of each server log, for the record (the logs themselves stay in
-    # the work dir).
+    # An excerpt of each server log, for the record (the logs themselves stay
+    # in the work dir).
     with open(args.report_dir / "servers.log", "w") as out:
         for log in sorted(work.glob("server-*.log")):
             lines = log.read_text(errors="replace").splitlines()
-            out.write(f"===== {log.name} ({len(lines)} lines; first 5, last 60)\n")
-            out.write("\n".join(lines[:5] + ["..."] + lines[-60:]) + "\n")
+            out.write(
+                f"===== {log.name} ({len(lines)} lines; first 5, warnings and "
+                "errors between, last 60)\n"
+            )
+            out.write("\n".join(log_excerpt(lines)) + "\n")
     print(f"report: {args.report_dir / 'matrix.md'}")
     print((args.report_dir / "matrix.md").read_text())
     ran = [m for m in plan if m in statuses]

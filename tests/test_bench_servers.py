@@ -290,3 +290,15 @@ def test_a_failed_profile_fails_the_command(tiny_checkpoint, tmp_path):
     record = json.loads((tmp_path / "profile-refused.json").read_text())
     assert record["offline"]["status"] == "error", record["offline"]
     assert "dspark" in record["offline"]["error"].lower(), record["offline"]
+
+
+def test_a_server_log_excerpt_keeps_the_warnings_between(matrix):
+    lines = [f"INFO line {i}" for i in range(500)]
+    lines[100] = "(EngineCore pid=1) WARNING 12-01 [x.py:1] running the draft eagerly."
+    lines[200] = "Traceback (most recent call last):"
+    lines[300] = "INFO a WARNINGS-free line"
+    got = matrix.log_excerpt(lines)
+    assert got[:5] == lines[:5] and got[-60:] == lines[-60:]
+    assert got[5:-60] == ["...", lines[100], lines[200], "..."]
+    # A short log is kept whole.
+    assert matrix.log_excerpt(lines[:50]) == lines[:50]
