@@ -102,9 +102,25 @@ oracle() {  # stage name, pytest -k expression
   tar -czf "$OUT/$1-records.tgz" -C "$dir" . 2>/dev/null
 }
 
-serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MODES)
+tiny_checkpoint() {  # /tmp/tiny: the tiny checkpoint with a random draft, bf16
   [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
     --dtype bfloat16 > /dev/null
+}
+
+small_checkpoint() {  # /tmp/small: the ~1B preset, random weights
+  [ -d /tmp/small ] || run make-small python3 -m \
+    vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+}
+
+profile() {  # stage name, label, checkpoint, profile_decode.py options: offline
+  local name=$1 label=$2 ckpt=$3
+  shift 3
+  run "$name" python3 benchmarks/profile_decode.py "$ckpt" "$@" --phases offline \
+    --label "$label" --out "$OUT" --log-dir "/tmp/profile-logs-$label"
+}
+
+serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MODES)
+  tiny_checkpoint
   mkdir -p "$OUT/serve-$1"
   run "serve-$1" python3 benchmarks/bench_serving_matrix.py /tmp/tiny \
     --work-dir "/tmp/matrix-$1" --report-dir "$OUT/serve-$1" \
@@ -161,18 +177,14 @@ for stage in "$@"; do
     serve-tp2) serve tp2 "--tensor-parallel-size 2" ;;
     serve-fp8kv) serve fp8kv "--kv-cache-dtype fp8" ;;
     profile-c1)
-      [ -d /tmp/small ] || run make-small python3 -m \
-        vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      small_checkpoint
       for n in 128 1525 3000; do
-        run "profile-c1-in$n" python3 benchmarks/profile_decode.py /tmp/small \
-          --dspark --concurrency 1 --input-len "$n" --output-len 256 \
-          --phases offline --label "c1-in$n" --out "$OUT" \
-          --log-dir "/tmp/profile-logs-$n"
+        profile "profile-c1-in$n" "c1-in$n" /tmp/small \
+          --dspark --concurrency 1 --input-len "$n" --output-len 256
       done
       ;;
     draft-ops)
-      [ -d /tmp/small ] || run make-small python3 -m \
-        vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      small_checkpoint
       native='{"compilation_config": {"custom_ops":
         ["none", "-rms_norm", "-rotary_embedding", "-gelu_and_mul"]}}'
       for point in ${DRAFT_OPS_POINTS:-kernels:1525 native:1525 target:1525 kernels:128 target:128}; do
@@ -180,10 +192,8 @@ for stage in "$@"; do
         flags=(--dspark --llm-kwargs '{}')
         [ "$mode" = native ] && flags=(--dspark --llm-kwargs "$native")
         [ "$mode" = target ] && flags=(--llm-kwargs '{}')
-        run "draft-ops-$mode-in$n" python3 benchmarks/profile_decode.py /tmp/small \
-          "${flags[@]}" --concurrency 1 --input-len "$n" --output-len 256 \
-          --phases offline --label "c1-in$n-$mode" --out "$OUT" \
-          --log-dir "/tmp/profile-logs-$mode-$n"
+        profile "draft-ops-$mode-in$n" "c1-in$n-$mode" /tmp/small \
+          "${flags[@]}" --concurrency 1 --input-len "$n" --output-len 256
       done
       ;;
     plugin-ab)
@@ -205,8 +215,7 @@ for stage in "$@"; do
       # PLUGIN_AB_CKPT: e.g. /tmp/small-dspark (after small-train) for a
       # trained draft, whose accepted tokens make a step do more.
       ab_ckpt=${PLUGIN_AB_CKPT:-/tmp/small}
-      [ -d "$ab_ckpt" ] || [ "$ab_ckpt" != /tmp/small ] || run make-small \
-        python3 -m vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small
+      [ "$ab_ckpt" != /tmp/small ] || small_checkpoint
       # Each older plugin in its own folder, put first on the path in place
       # of this one (the install puts this one first: /tmp/project-site).
       sides=(current)
@@ -223,25 +232,20 @@ for stage in "$@"; do
       point=(${PLUGIN_AB_ARGS:---concurrency 64 --input-len 128 --output-len 512})
       for round in $(seq "${PLUGIN_AB_ROUNDS:-2}"); do
         for side in "${sides[@]}"; do
-          PYTHONPATH=${side_path[$side]} run "plugin-ab-$side-$round" python3 \
-            benchmarks/profile_decode.py "$ab_ckpt" --dspark "${point[@]}" \
-            --phases offline --label "ab-$side-$round" --out "$OUT" \
-            --log-dir "/tmp/profile-logs-ab-$side-$round"
+          PYTHONPATH=${side_path[$side]} profile "plugin-ab-$side-$round" \
+            "ab-$side-$round" "$ab_ckpt" --dspark "${point[@]}"
         done
       done
       ;;
     small-train) small_train ;;
     fp8kv-profile)
-      [ -d /tmp/tiny ] || spark2_5-make-tiny-checkpoint /tmp/tiny --dspark \
-        --dtype bfloat16 > /dev/null
+      tiny_checkpoint
       for ckpt in ${FP8KV_CKPTS:-/tmp/tiny}; do
         for cache in auto fp8; do
           tag=$(basename "$ckpt")-c64-$cache
-          run "fp8kv-profile-$tag" python3 benchmarks/profile_decode.py "$ckpt" \
+          profile "fp8kv-profile-$tag" "$tag" "$ckpt" \
             --dspark --concurrency 64 --input-len 128 --output-len 512 \
-            --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}" \
-            --phases offline --label "$tag" --out "$OUT" \
-            --log-dir "/tmp/profile-logs-$tag"
+            --max-model-len 2048 --llm-kwargs "{\"kv_cache_dtype\": \"$cache\"}"
           # Which attention backends the engine chose, and whether the draft
           # ran in CUDA graphs ("running the draft eagerly" otherwise).
           grep -h -i -E "backend|cuda ?graph|eager" "/tmp/profile-logs-$tag"/* \
@@ -274,10 +278,9 @@ for stage in "$@"; do
         llama) ckpt=/tmp/small-llama ;;
         *) ckpt= ;;
       esac
-      [ -z "$ckpt" ] || run "profile-c64-${LLAMA_PROFILE}" python3 \
-        benchmarks/profile_decode.py "$ckpt" --concurrency 64 --input-len 1525 \
-        --output-len 400 --phases offline --label "c64-${LLAMA_PROFILE}" \
-        --out "$OUT" --log-dir "/tmp/profile-logs-c64-${LLAMA_PROFILE}"
+      [ -z "$ckpt" ] || profile "profile-c64-${LLAMA_PROFILE}" \
+        "c64-${LLAMA_PROFILE}" "$ckpt" --concurrency 64 --input-len 1525 \
+        --output-len 400
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
