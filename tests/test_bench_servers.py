@@ -211,10 +211,7 @@ def test_the_matrix_repeats_a_point_against_a_real_server(tiny_checkpoint, tmp_p
         "--repeats", "2", "--max-model-len", "256", "--max-num-seqs", "4",
         "--warmups", "0", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    out = subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    out = _run_on_cpu(argv)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
     assert "Error parsing config" not in log, log[-4000:]
@@ -253,6 +250,11 @@ def _profile(checkpoint: Path, out: Path, *extra: str) -> subprocess.CompletedPr
         "--max-num-batched-tokens", "256", "--profiler-activity", "cpu",
         "--profile-skip", "2", "--profile-steps", "5", *extra,
     ]  # fmt: skip
+    return _run_on_cpu(argv)
+
+
+def _run_on_cpu(argv: list[str]) -> subprocess.CompletedProcess:
+    """A benchmark script with real vLLM on CPU, 1 GiB of KV cache."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     return subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=600, check=False
