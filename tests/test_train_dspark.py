@@ -190,6 +190,30 @@ def sequences(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
+def test_vllm_continuations_belong_to_their_prompts(tiny: Path) -> None:
+    """The trainer's vLLM path (a real CPU engine) with the held-out prompts
+    generated as a batch of their own: every continuation is its own prompt's
+    greedy continuation, in order (equal to the reference until a near-tie)."""
+    target = Spark2_5Reference.from_checkpoint(tiny, torch.float32)
+    pool = acc.prompt_token_pool(tiny, target.embed_tokens.shape[0])
+    prompts = acc.random_prompts(pool, 5, PROMPT_LEN, seed=3)
+    got = acc.greedy_continuations(
+        tiny, prompts, 12, "vllm", vllm_dtype="float32", first_alone=2
+    )
+    assert len(got) == len(prompts)
+    compared = 0
+    for prompt, cont in zip(prompts, got, strict=True):
+        want, rows = target.greedy(prompt, len(cont))
+        for step, (a, b) in enumerate(zip(cont, want, strict=True)):
+            if a != b:
+                gap = float(rows[step][b] - rows[step][a])
+                assert gap < 1e-4, f"step {step}: vLLM {a}, reference {b} (gap {gap})"
+                break
+            compared += 1
+    assert compared >= 40  # most tokens were compared, not cut by near-ties
+
+
 def _train(src: Path, dst: Path, sequences: Path, *extra: str) -> dict:
     return train(
         [

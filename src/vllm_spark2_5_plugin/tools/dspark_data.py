@@ -84,8 +84,15 @@ def _vllm_worker(path: str, job: str) -> None:
         enforce_eager=True,
     )
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
-    spec["continuations"] = [list(o.outputs[0].token_ids) for o in outputs]
+    # One generate call per group: a prompt's continuation can depend on the
+    # batch it shares steps with (batch-dependent numerics on a GPU).
+    spec["continuations"] = []
+    first = 0
+    for size in spec.get("groups") or [len(prompts)]:
+        group = [TokensPrompt(prompt_token_ids=p) for p in prompts[first:][:size]]
+        outputs = llm.generate(group, params)
+        spec["continuations"] += [list(o.outputs[0].token_ids) for o in outputs]
+        first += size
     Path(job).write_text(json.dumps(spec))
 
 
@@ -98,12 +105,16 @@ def greedy_continuations(
     seed: int = 0,
     gpu_memory_utilization: float = 0.8,
     vllm_dtype: str = "auto",
+    first_alone: int = 0,
 ) -> list[list[int]]:
     """The target's greedy continuation (``gen_len`` tokens) of every prompt.
 
     ``reference``: :meth:`Spark2_5Reference.greedy` (tiny models, CPU).
     ``vllm``: ``vllm.LLM`` at temperature 0 with ``ignore_eos``, in a child
-    process so that its GPU memory is free again when it returns.
+    process so that its GPU memory is free again when it returns. The first
+    ``first_alone`` prompts are generated as a batch of their own, before the
+    others, so that their continuations do not depend on how many prompts
+    follow them.
     """
     if method == "reference":
         if target is None:
@@ -117,6 +128,8 @@ def greedy_continuations(
         spec = {"prompts": [list(p) for p in prompts], "gen_len": gen_len}
         spec |= {"seed": seed, "dtype": vllm_dtype}
         spec |= {"gpu_memory_utilization": gpu_memory_utilization}
+        alone = min(max(first_alone, 0), len(prompts))
+        spec["groups"] = [n for n in (alone, len(prompts) - alone) if n]
         job.write_text(json.dumps(spec))
         code = f"import {__name__} as m; m._vllm_worker({str(path)!r}, {str(job)!r})"
         subprocess.run([sys.executable, "-c", code], check=True)
@@ -172,13 +185,16 @@ def target_and_sequences(
     take: int | None = None,
     gpu_memory_utilization: float = 0.8,
     vllm_dtype: str = "auto",
+    held_out: int = 0,
 ) -> tuple[Spark2_5Reference, int, list[list[int]]]:
     """The reference target of checkpoint ``path`` and ``prompt + continuation``
     sequences: read from ``sequences_file`` (see :func:`read_sequences`), else
     ``num`` seeded random prompts and their greedy continuations.
 
     vLLM generates before the reference target is loaded, so that the two
-    never hold GPU memory at once. Returns ``(target, prompt_len, sequences)``.
+    never hold GPU memory at once; it continues the first ``held_out`` prompts
+    in a batch of their own (see :func:`greedy_continuations`). Returns
+    ``(target, prompt_len, sequences)``.
     """
     seqs = None
     if sequences_file is not None:
@@ -195,6 +211,7 @@ def target_and_sequences(
                 seed=seed,
                 gpu_memory_utilization=gpu_memory_utilization,
                 vllm_dtype=vllm_dtype,
+                first_alone=held_out,
             )
             seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
     target = Spark2_5Reference.from_checkpoint(path, dtype, device)

@@ -280,6 +280,7 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
         take=n_all,
         gpu_memory_utilization=args.vllm_gpu_memory_utilization,
         vllm_dtype=args.vllm_dtype,
+        held_out=n_eval,
     )
     if args.save_sequences is not None:
         write_sequences(args.save_sequences, plen, seqs)
