@@ -23,6 +23,7 @@ from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
+from vllm_spark2_5_plugin.tools.dspark_data import stacked_target_features
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
 from vllm_spark2_5_plugin.tools.dspark_draft_torch import DSparkDraft, draft_loss
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
@@ -188,6 +189,20 @@ def sequences(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("seqs") / "sequences.json"
     path.write_text(json.dumps({"prompt_len": PROMPT_LEN, "sequences": seqs}))
     return path
+
+
+def test_stacked_target_features_equal_one_sequence_at_a_time(tiny: Path) -> None:
+    """The trainer's batched features (vmap over the reference forward, in
+    chunks) are the per-sequence ones, in order, for a chunk size that does
+    not divide the number of sequences."""
+    target = Spark2_5Reference.from_checkpoint(tiny, torch.float64)
+    layer_ids = [1, 0]  # in any order, as target_features takes them
+    gen = torch.Generator().manual_seed(1)
+    seqs = torch.randint(0, 500, (7, 30), generator=gen).tolist()
+    got = stacked_target_features(target, seqs, layer_ids, chunk=3)
+    want = torch.stack([acc.target_features(target, s, layer_ids) for s in seqs])
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

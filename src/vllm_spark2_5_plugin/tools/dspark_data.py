@@ -149,6 +149,27 @@ def target_features(
         return torch.cat([stream[i + 1] for i in sorted(layer_ids)], dim=-1)
 
 
+def stacked_target_features(
+    target: Spark2_5Reference,
+    seqs: Sequence[Sequence[int]],
+    layer_ids: Sequence[int],
+    chunk: int = 64,
+) -> torch.Tensor:
+    """``[N, T, n*H]``: :func:`target_features` of ``N`` sequences of one
+    length, ``chunk`` sequences per forward (``torch.vmap`` over the
+    reference's one-sequence forward: the same math, batched, so a GPU runs
+    a few large kernels instead of many small ones per sequence)."""
+    layers = sorted(layer_ids)
+
+    def one(ids: torch.Tensor) -> torch.Tensor:
+        stream = target.residual_stream(ids)
+        return torch.cat([stream[i + 1] for i in layers], dim=-1)
+
+    ids = torch.tensor([list(s) for s in seqs], dtype=torch.long, device=target.device)
+    with torch.no_grad():
+        return torch.cat([torch.vmap(one)(part) for part in ids.split(chunk)])
+
+
 # -- sequences: generated or from a file -----------------------------------------------
 
 

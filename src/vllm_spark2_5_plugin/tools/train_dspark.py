@@ -42,8 +42,8 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    stacked_target_features,
     target_and_sequences,
-    target_features,
     write_sequences,
 )
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
@@ -289,9 +289,7 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
     eval_seqs, train_seqs = seqs[:n_eval], seqs[n_eval:]
     times["continuations_s"] = time.time() - mark
     mark = time.time()
-    feats = torch.stack(
-        [target_features(target, s, cfg.target_layer_ids) for s in train_seqs]
-    )
+    feats = stacked_target_features(target, train_seqs, cfg.target_layer_ids)
     tokens = torch.tensor(train_seqs, device=device)
     times["target_features_s"] = time.time() - mark
 
