@@ -318,12 +318,15 @@ def sweep_grid(block_m, head_dim):
     return grid
 
 
-def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales):
+def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
     """Tile/warp/stage grid at the default split count, then the best of those
     with half, twice and four times the splits and, with one split, with 0 (one
     program per item) to 3 persistent programs per SM. ``scales``: the
-    ``k_scale``/``v_scale`` arguments of an fp8 cache, else empty. Returns
-    [(us, plan)], fastest first."""
+    ``k_scale``/``v_scale`` arguments of an fp8 cache, else empty; with them
+    each configuration is tried with every way of feeding the tensor cores
+    (fp8 tensor-core dots only at tiles of >= 64 rows, where Triton emits
+    them), and the e4m3-dot plans print their difference from ``want``, the
+    default plan's output. Returns [(us, plan)], fastest first."""
     R, L, B, W, nH, nKV, D = shape
     group = nH // nKV
     results = []
@@ -347,13 +350,23 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales):
         except Exception as e:  # out of resources etc.
             print(f"    sweep {plan}: failed ({type(e).__name__})")
             return
+        if plan.fp8_e4m3_dot:
+            print(
+                f"    e4m3 dots {t:9.1f} us, rel diff vs default plan "
+                f"{rel_err(out, want):.2e}: {plan}",
+                flush=True,
+            )
         results.append((t, plan))
 
-    # fp8: each configuration with both ways of feeding the tensor cores.
-    dots = (False, True) if scales else (base.fp8_f16_dot,)
+    # fp8: each configuration with each way of feeding the tensor cores.
+    dots = [dict(fp8_f16_dot=base.fp8_f16_dot, fp8_e4m3_dot=False)]
+    if scales:
+        dots = [dict(fp8_f16_dot=f16, fp8_e4m3_dot=False) for f16 in (False, True)]
+        if base.tile_rows(group) >= 64:
+            dots.append(dict(fp8_f16_dot=False, fp8_e4m3_dot=True))
     for changes in sweep_grid(base.tile_rows(group), D):
-        for f16_dot in dots:
-            try_plan(base, fp8_f16_dot=f16_dot, **changes)
+        for dot in dots:
+            try_plan(base, **dot, **changes)
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]
@@ -452,7 +465,9 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     best_sweep = None
     if args.sweep:
         res = sweep(
-            shape, q, k, v, bt, ctx, qsl, scale, torch.empty_like(q), plan, scales
+            *(shape, q, k, v, bt, ctx, qsl, scale, torch.empty_like(q), plan),
+            scales,
+            ref_out,
         )
         if res:
             best_sweep = res[0]

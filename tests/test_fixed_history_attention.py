@@ -274,6 +274,49 @@ def _plan(block_q, block_n, num_splits=1, num_warps=4, num_stages=1, **more):
     )
 
 
+def _e4m3_rows(q):
+    """q as the fp8 tensor-core path sees it (``LaunchPlan.fp8_e4m3_dot``):
+    each (token, head) row scaled to e4m3's range, rounded to e4m3 and scaled
+    back, in float64."""
+    qf = q.float()
+    row_max = qf.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    q8 = (qf * (448.0 / row_max)).to(torch.float8_e4m3fn)
+    return q8.double() * (row_max.double() / 448.0)
+
+
+def _check_e4m3_dot(case, *, dtype, device, plan, fp8_scales=(0.02, 3.0)):
+    """The fp8 tensor-core path against the float64 reference given the same
+    e4m3-rounded q; what is left is the rounding of the softmax weights to
+    e4m3 (relative error <= 2^-4 each, in the numerator only):
+    |out - ref| <= 2 * 2^-4 * max|V| plus the output's own rounding, and in
+    norm (the errors are unbiased) a few percent; 5% is asserted. Padding
+    rows stay untouched."""
+    seed = _fresh_seed()
+    what = f"seed={seed} {case} {dtype} plan={plan}"
+    scales = tuple(_f32(s) for s in fp8_scales)
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case, dtype=dtype, device=device, seed=seed, fp8_scales=scales, extra_rows=2
+    )
+    window, scale = case.window, case.head_dim**-0.5
+    out = torch.full_like(q, float("nan"))
+    ops.fixed_history_attention(
+        *(q, k, v, bt, ctx, qsl, window, scale),
+        out=out,
+        plan=plan,
+        **_scale_args(scales, "tensor", device),
+    )
+    rows = sum(case.q_lens)
+    ref = _reference_f64(_e4m3_rows(q), k, v, bt, ctx, qsl, window, scale, scales)
+    got, want = out[:rows].double(), ref[:rows]
+    assert torch.isfinite(got).all(), what
+    assert torch.isnan(out[rows:]).all(), f"{what}: padding rows were written"
+    bound = 2 * 2.0**-4 * (v.double() * scales[1]).abs().max().item()
+    err = (got - want).abs().max().item()
+    assert err < bound + _ABS_TOL[dtype], f"{what}: max abs error {err:.3e}"
+    rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+    assert rel < 0.05, f"{what}: relative error {rel:.3e}"
+
+
 # ---------------------------------------------------------------------------
 # CPU: Triton interpreter (child process)
 # ---------------------------------------------------------------------------
@@ -331,8 +374,40 @@ def _interpreter_index_shim(force=False):
     ti._patch_lang_tensor = patched
 
 
+def _interpreter_e4m3_shim():
+    """Work around the Triton interpreter's rounding to e4m3 (3.7-3.9).
+
+    When rounding carries out of the mantissa it does not raise the exponent:
+    7.98 becomes 4.0 instead of 8.0, 0.998 becomes 0.5. An H200 rounds in
+    hardware (``cvt.rn.satfinite``), correctly. The fp8 tensor-core path
+    (``LaunchPlan.fp8_e4m3_dot``) rounds q and the softmax weights to e4m3,
+    so under the interpreter it would halve the largest weights. Test-only:
+    round float32/float16 values to e4m3 through torch (to nearest, ties to
+    even, saturating at +-448 like the hardware).
+    """
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as ti
+
+    orig = ti._convert_float
+    if getattr(orig, "_spark_e4m3_shim", False):
+        return
+    widths = {tl.float32: np.float32, tl.float16: np.float16}
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        if output_dtype != tl.float8e4nv or input_dtype not in widths:
+            return orig(input, input_dtype, output_dtype, rounding_mode)
+        values = np.frombuffer(input.tobytes(), dtype=widths[input_dtype])
+        x = torch.from_numpy(values.astype(np.float32)).clamp(-448.0, 448.0)
+        return x.to(torch.float8_e4m3fn).view(torch.uint8).numpy().reshape(input.shape)
+
+    convert._spark_e4m3_shim = True
+    ti._convert_float = convert
+
+
 if _IN_CHILD:
     _interpreter_index_shim(force=os.environ.get("_SPARK_FH_FORCE_SHIM") == "1")
+    _interpreter_e4m3_shim()
 
     def _interp_check(case, **kwargs):
         _run_and_check(case, dtype=torch.float16, device="cpu", **kwargs)
@@ -448,6 +523,24 @@ if _IN_CHILD:
             plan=_plan(2, 16, programs_per_sm=1, fp8_f16_dot=fp8_f16_dot),
             fp8_scales=(3.0, 0.02),
             extra_rows=3,
+        )
+
+    # fp8 tensor-core dots (LaunchPlan.fp8_e4m3_dot, opt-in): q and the
+    # softmax weights rounded to e4m3; one item per program, several splits
+    # (partials merged), and a persistent grid.
+    @pytest.mark.parametrize(
+        "plan",
+        [
+            _plan(2, 16, fp8_e4m3_dot=True),
+            _plan(2, 16, 4, fp8_e4m3_dot=True),
+            _plan(2, 16, programs_per_sm=1, fp8_e4m3_dot=True),
+        ],
+        ids=["one-item", "splits", "persistent"],
+    )
+    @pytest.mark.parametrize("name", [*_INTERP_FP8_CASES, "full_attention_long"])
+    def test_interp_fp8_e4m3_dot_within_its_rounding(name, plan):
+        _check_e4m3_dot(
+            _INTERP_CASES[name], dtype=torch.float16, device="cpu", plan=plan
         )
 
     def test_interp_fp8_scale_tensors_are_read_at_each_launch():
@@ -882,6 +975,21 @@ if not _IN_CHILD:
     def test_persistent_plan_refuses_several_splits():
         with pytest.raises(ValueError, match="needs num_splits == 1"):
             _plan(2, 16, num_splits=2, programs_per_sm=2)
+
+    def test_plan_refuses_two_fp8_dot_paths():
+        with pytest.raises(ValueError, match="exclude each other"):
+            _plan(2, 16, fp8_f16_dot=True, fp8_e4m3_dot=True)
+
+    @pytest.mark.parametrize("kv_fp8", [False, True])
+    @pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
+    @pytest.mark.parametrize("queries,group", [(8, 4), (16, 8), (40, 8)])
+    def test_policy_never_rounds_q_to_e4m3(queries, group, head_dim, kv_fp8):
+        # The fp8 tensor-core path changes the numerics: opt-in only.
+        shape = (32, 8192, queries, 4096, 4 * group, 4, head_dim)
+        plan = ops.uniform_batch_plan(
+            shape, device=torch.device("cuda", 0), num_sms=132, kv_fp8=kv_fp8
+        )
+        assert not plan.fp8_e4m3_dot, plan
 
     @pytest.mark.parametrize(
         "field,value,pattern",
@@ -1386,6 +1494,33 @@ if not _IN_CHILD:
             fp8_scales=(0.02, 3.0),
             extra_rows=3,
         )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize(
+        "case,plan",
+        [
+            # 128-row tiles (16 queries x 8 heads): fp8 wgmma, 8 warps
+            (
+                Case([3000, 0, 777, 9, 40], [16, 7, 16, 0, 20], 1000, 32, 4, 128, 16),
+                _plan(16, 64, num_warps=8, num_stages=2, fp8_e4m3_dot=True),
+            ),
+            # 64-row tiles (8 queries x 8 heads), split key range
+            (
+                Case([5000, 300], [8, 5], None, 16, 2, 128, 16),
+                _plan(8, 64, 4, num_warps=4, num_stages=2, fp8_e4m3_dot=True),
+            ),
+            # 32-row tiles: Triton converts to float16 dots
+            (
+                Case([700, 64, 0], [8, 3, 4], 256, 32, 8, 128, 16),
+                _plan(8, 128, num_stages=2, fp8_e4m3_dot=True),
+            ),
+        ],
+        ids=["128-rows", "64-rows-splits", "32-rows"],
+    )
+    def test_cuda_fp8_e4m3_dot_within_its_rounding(case, plan, dtype):
+        _check_e4m3_dot(case, dtype=dtype, device="cuda", plan=plan)
 
     @pytest.mark.cuda
     @_no_cuda

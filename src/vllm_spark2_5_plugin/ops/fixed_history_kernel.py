@@ -21,10 +21,25 @@ tensor cores, chosen by the launch plan (``FP8_F16_DOT``):
 
 In both ``sum p * (v8 * v_scale) == v_scale * sum p * v8``. Which one is
 faster depends on the shape (``benchmarks/fixed_history_attention_h200.md``).
+
+A third way, opt-in (``FP8_E4M3_DOT``), runs both dots on fp8 tensor cores
+and so changes the numerics: each row of q is scaled to e4m3's range
+(``q8 = q / r``, ``r = max|q_row| / 448``) and rounded to e4m3, once per
+tile of queries, and the softmax weights are rounded to e4m3 after scaling
+by 256 (``p <= 1``, so ``256 p`` stays below e4m3's largest value 448);
+``q . k = r * (q8 . k8) * k_scale`` up to q's rounding and
+``sum p v = v_scale / 256 * sum (256 p)8 * v8`` up to p's. The row sums of
+the softmax use the unrounded weights. Triton emits fp8 ``wgmma`` for it on
+sm_90 when a tile has at least 64 rows; with fewer it converts to float16.
 """
 
 import triton
 import triton.language as tl
+
+#: The softmax weights p <= 1 are scaled by this before rounding to e4m3.
+P_E4M3_SCALE = tl.constexpr(256.0)
+#: The largest finite e4m3 (float8_e4m3fn) value.
+E4M3_MAX = tl.constexpr(448.0)
 
 
 @triton.jit
@@ -155,6 +170,23 @@ def _online_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
 
 
 @triton.jit
+def _online_softmax_step_e4m3(q8, k8, v8, key_ok, m_i, l_i, acc, row_qk_scale):
+    """:func:`_online_softmax_step` with e4m3 operands on both dots: q8 holds
+    each row of q divided by its own scale, which ``row_qk_scale`` puts back
+    (with the softmax and K scales); ``acc`` gathers ``256 p`` (see the
+    module docstring)."""
+    s = tl.dot(q8, tl.trans(k8)) * row_qk_scale[:, None]
+    s = tl.where(key_ok[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    p8 = (p * P_E4M3_SCALE).to(tl.float8e4nv)
+    acc = acc * alpha[:, None] + tl.dot(p8, v8)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def fixed_history_kernel(
     q_ptr,  # [T, nH, D]
     k_ptr,  # [num_blocks, block_size, nKV, D], last stride 1; q's dtype or fp8
@@ -198,6 +230,7 @@ def fixed_history_kernel(
     PERSISTENT: tl.constexpr,  # fewer programs than items: each loops
     KV_FP8: tl.constexpr,  # K/V caches in fp8 e4m3 with per-tensor scales
     FP8_F16_DOT: tl.constexpr,  # fp8: float16 dots, V converted in registers
+    FP8_E4M3_DOT: tl.constexpr,  # fp8: e4m3 q and softmax weights, e4m3 dots
     K_SCALE_IN_MEMORY: tl.constexpr,  # k_scale is a pointer
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
 ):
@@ -209,6 +242,8 @@ def fixed_history_kernel(
         else:
             qk_scale = qk_scale * _scale_value(k_scale, K_SCALE_IN_MEMORY)
         v_factor = _scale_value(v_scale, V_SCALE_IN_MEMORY)
+        if FP8_E4M3_DOT:
+            v_factor = v_factor / P_E4M3_SCALE
     # Items in launch order: KV heads fastest, then splits, then requests, so
     # programs that run side by side read the same cache pages (the heads of
     # one slot are adjacent in vLLM's default layout).
@@ -257,6 +292,13 @@ def fixed_history_kernel(
             if KV_FP8 and FP8_F16_DOT:
                 # float16 q: |q| would need to pass ~5e5 (D = 128) to overflow.
                 q_tile = (q_tile.to(tl.float32) * q_factor).to(tl.float16)
+            if KV_FP8 and FP8_E4M3_DOT:
+                # Each row in e4m3's range; an all-zero row (padding) stays 0.
+                q_f32 = q_tile.to(tl.float32)
+                row_max = tl.maximum(tl.max(tl.abs(q_f32), axis=1), 1e-30)
+                to_e4m3 = E4M3_MAX / row_max
+                q_tile = (q_f32 * to_e4m3[:, None]).to(tl.float8e4nv)
+                row_qk_scale = row_max * (qk_scale / E4M3_MAX)
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -271,15 +313,20 @@ def fixed_history_kernel(
                 v_tile = _load_rows(
                     v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
                 )
-                if KV_FP8 and FP8_F16_DOT:
-                    k_tile = k_tile.to(tl.float16)
-                    v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
-                elif KV_FP8:
-                    k_tile = _fp8_to(k_tile, q_tile.dtype)
-                    v_tile = _fp8_to(v_tile, q_tile.dtype)
-                m_i, l_i, acc = _online_softmax_step(
-                    q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
-                )
+                if KV_FP8 and FP8_E4M3_DOT:
+                    m_i, l_i, acc = _online_softmax_step_e4m3(
+                        q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, row_qk_scale
+                    )
+                else:
+                    if KV_FP8 and FP8_F16_DOT:
+                        k_tile = k_tile.to(tl.float16)
+                        v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
+                    elif KV_FP8:
+                        k_tile = _fp8_to(k_tile, q_tile.dtype)
+                        v_tile = _fp8_to(v_tile, q_tile.dtype)
+                    m_i, l_i, acc = _online_softmax_step(
+                        q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
+                    )
             if KV_FP8:
                 acc = acc * v_factor
 

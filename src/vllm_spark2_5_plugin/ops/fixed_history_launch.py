@@ -36,6 +36,10 @@ class LaunchPlan:
     page ids with inline PTX (NVIDIA only; ignored under the interpreter).
     ``fp8_f16_dot`` (fp8 caches only): float16 dot products with V converted
     in registers, instead of K/V tiles converted to q's dtype.
+    ``fp8_e4m3_dot`` (fp8 caches only, opt-in, never chosen by
+    :func:`plan_launch`): q and the softmax weights rounded to e4m3 and both
+    dot products on fp8 tensor cores; this changes the numerics
+    (``docs/kernel.md``, "fp8 tensor-core dots").
     """
 
     block_q: int  # queries of one request per tile
@@ -46,6 +50,7 @@ class LaunchPlan:
     asm_page_load: bool = False
     programs_per_sm: int = 0
     fp8_f16_dot: bool = False
+    fp8_e4m3_dot: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -59,6 +64,8 @@ class LaunchPlan:
                 f"num_stages must be >= 1 and programs_per_sm >= 0, got "
                 f"{self.num_stages} and {self.programs_per_sm}"
             )
+        if self.fp8_f16_dot and self.fp8_e4m3_dot:
+            raise ValueError("fp8_f16_dot and fp8_e4m3_dot exclude each other")
         if self.programs_per_sm and self.num_splits != 1:
             raise ValueError(
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
@@ -237,6 +244,7 @@ def kernel_constants(
         PERSISTENT=bool(plan.programs_per_sm),
         KV_FP8=kv_fp8,
         FP8_F16_DOT=kv_fp8 and plan.fp8_f16_dot,
+        FP8_E4M3_DOT=kv_fp8 and plan.fp8_e4m3_dot,
         K_SCALE_IN_MEMORY=k_scale_in_memory,
         V_SCALE_IN_MEMORY=v_scale_in_memory,
     )
