@@ -367,6 +367,22 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
     for changes in sweep_grid(base.tile_rows(group), D):
         for dot in dots:
             try_plan(base, **dot, **changes)
+    if scales and base.tile_rows(group) < 64 and D >= 128:
+        # fp8 tensor cores need 64-row tiles: more queries per tile than a
+        # request has (the extra rows are masked), twice the MMA work.
+        block_q = base.block_q
+        while dataclasses.replace(base, block_q=block_q).tile_rows(group) < 64:
+            block_q *= 2
+        for bn, nw, ns in ((64, 8, 2), (64, 8, 3), (128, 8, 2), (64, 4, 2)):
+            try_plan(
+                base,
+                block_q=block_q,
+                block_n=bn,
+                num_warps=nw,
+                num_stages=ns,
+                fp8_f16_dot=False,
+                fp8_e4m3_dot=True,
+            )
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]

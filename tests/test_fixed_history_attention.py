@@ -534,8 +534,9 @@ if _IN_CHILD:
             _plan(2, 16, fp8_e4m3_dot=True),
             _plan(2, 16, 4, fp8_e4m3_dot=True),
             _plan(2, 16, programs_per_sm=1, fp8_e4m3_dot=True),
+            _plan(16, 16, fp8_e4m3_dot=True),
         ],
-        ids=["one-item", "splits", "persistent"],
+        ids=["one-item", "splits", "persistent", "masked-rows"],
     )
     @pytest.mark.parametrize("name", [*_INTERP_FP8_CASES, "full_attention_long"])
     def test_interp_fp8_e4m3_dot_within_its_rounding(name, plan):
@@ -1516,8 +1517,13 @@ if not _IN_CHILD:
                 Case([700, 64, 0], [8, 3, 4], 256, 32, 8, 128, 16),
                 _plan(8, 128, num_stages=2, fp8_e4m3_dot=True),
             ),
+            # the same requests in 64-row tiles, half of them masked rows
+            (
+                Case([700, 64, 0], [8, 3, 4], 256, 32, 8, 128, 16),
+                _plan(16, 64, num_warps=8, num_stages=2, fp8_e4m3_dot=True),
+            ),
         ],
-        ids=["128-rows", "64-rows-splits", "32-rows"],
+        ids=["128-rows", "64-rows-splits", "32-rows", "32-rows-in-64-row-tiles"],
     )
     def test_cuda_fp8_e4m3_dot_within_its_rounding(case, plan, dtype):
         _check_e4m3_dot(case, dtype=dtype, device="cuda", plan=plan)
