@@ -373,16 +373,9 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
         block_q = base.block_q
         while dataclasses.replace(base, block_q=block_q).tile_rows(group) < 64:
             block_q *= 2
+        wide = dict(block_q=block_q, fp8_f16_dot=False, fp8_e4m3_dot=True)
         for bn, nw, ns in ((64, 8, 2), (64, 8, 3), (128, 8, 2), (64, 4, 2)):
-            try_plan(
-                base,
-                block_q=block_q,
-                block_n=bn,
-                num_warps=nw,
-                num_stages=ns,
-                fp8_f16_dot=False,
-                fp8_e4m3_dot=True,
-            )
+            try_plan(base, block_n=bn, num_warps=nw, num_stages=ns, **wide)
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]
