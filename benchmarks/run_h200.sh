@@ -53,6 +53,12 @@
 #               PLUGIN_AB_ARGS
 #               (default: concurrency 64, 128 in, 512 out): finds which
 #               commit a DSpark slowdown came with
+#   llama-profile Spark2_5 (/tmp/small) and its Llama twin (/tmp/small-llama),
+#               random weights, no speculation, profiled in turn at
+#               LLAMA_PROFILE_CONCURRENCIES (default "64 500") for
+#               LLAMA_PROFILE_ROUNDS rounds (default 1), published shape:
+#               the GPU-busy time per step, which the host's speed does not
+#               move (profile_decode.py offline)
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
 #               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
@@ -131,9 +137,13 @@ serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MO
     --port "${SERVE_PORT:-8000}"
 }
 
-small_train() {  # the trained checkpoint of benchmarks/dspark_serving_h200.md
+small_pair() {  # /tmp/small and its in-tree Llama twin /tmp/small-llama
   [ -d /tmp/small-llama ] || { rm -rf /tmp/small; run small-make python3 -m \
     vllm_spark2_5_plugin.tools.make_checkpoint /tmp/small --preset small --in-tree llama; }
+}
+
+small_train() {  # the trained checkpoint of benchmarks/dspark_serving_h200.md
+  small_pair
   run small-train spark2_5-train-dspark /tmp/small /tmp/small-dspark --overwrite \
     --device cuda --dtype bfloat16 --continuations vllm --vllm-dtype bfloat16 \
     --vllm-gpu-memory-utilization 0.5 --num-prompts "${SMALL_TRAIN_PROMPTS:-4096}" \
@@ -265,6 +275,17 @@ for stage in "$@"; do
         --modes ${SMALL_MODES:-baseline dspark} \
         --concurrencies ${SMALL_CONCURRENCIES:-1 64} --point-seconds 15 \
         --repeats "${SMALL_REPEATS:-1}" --port "${SERVE_PORT:-8000}"
+      ;;
+    llama-profile)
+      small_pair
+      for round in $(seq "${LLAMA_PROFILE_ROUNDS:-1}"); do
+        for c in ${LLAMA_PROFILE_CONCURRENCIES:-64 500}; do
+          for model in small small-llama; do
+            profile "llama-profile-$model-c$c-$round" "$model-c$c-$round" \
+              "/tmp/$model" --concurrency "$c" --input-len 1525 --output-len 400
+          done
+        done
+      done
       ;;
     llama-repeat)
       [ -d /tmp/small-llama ] || small_train
