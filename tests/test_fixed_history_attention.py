@@ -531,10 +531,10 @@ if _IN_CHILD:
     @pytest.mark.parametrize(
         "plan",
         [
-            _plan(2, 16, fp8_e4m3_dot=True),
-            _plan(2, 16, 4, fp8_e4m3_dot=True),
-            _plan(2, 16, programs_per_sm=1, fp8_e4m3_dot=True),
-            _plan(16, 16, fp8_e4m3_dot=True),
+            _plan(2, 32, fp8_e4m3_dot=True),
+            _plan(2, 32, 4, fp8_e4m3_dot=True),
+            _plan(2, 32, programs_per_sm=1, fp8_e4m3_dot=True),
+            _plan(16, 32, fp8_e4m3_dot=True),
         ],
         ids=["one-item", "splits", "persistent", "masked-rows"],
     )
@@ -979,7 +979,13 @@ if not _IN_CHILD:
 
     def test_plan_refuses_two_fp8_dot_paths():
         with pytest.raises(ValueError, match="exclude each other"):
-            _plan(2, 16, fp8_f16_dot=True, fp8_e4m3_dot=True)
+            _plan(2, 32, fp8_f16_dot=True, fp8_e4m3_dot=True)
+
+    def test_plan_refuses_e4m3_dots_over_16_keys():
+        # An fp8 dot product sums over at least 32 keys: Triton would fail to
+        # compile the kernel on the GPU.
+        with pytest.raises(ValueError, match="fp8_e4m3_dot needs block_n >= 32"):
+            _plan(2, 16, fp8_e4m3_dot=True)
 
     @pytest.mark.parametrize("kv_fp8", [False, True])
     @pytest.mark.parametrize("head_dim", [32, 64, 128, 256])

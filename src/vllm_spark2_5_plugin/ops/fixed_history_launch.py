@@ -66,6 +66,11 @@ class LaunchPlan:
             )
         if self.fp8_f16_dot and self.fp8_e4m3_dot:
             raise ValueError("fp8_f16_dot and fp8_e4m3_dot exclude each other")
+        if self.fp8_e4m3_dot and self.block_n < 32:
+            raise ValueError(
+                f"fp8_e4m3_dot needs block_n >= 32 (an e4m3 dot product sums "
+                f"over at least 32 keys), got block_n={self.block_n}"
+            )
         if self.programs_per_sm and self.num_splits != 1:
             raise ValueError(
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
