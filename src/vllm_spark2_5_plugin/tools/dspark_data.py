@@ -141,11 +141,13 @@ def greedy_continuations(
 
 
 def target_features(
-    target: Spark2_5Reference, ids: Sequence[int], layer_ids: Sequence[int]
+    target: Spark2_5Reference,
+    ids: Sequence[int] | torch.Tensor,
+    layer_ids: Sequence[int],
 ) -> torch.Tensor:
     """``[T, n*H]``: the outputs of target layers ``layer_ids`` (ascending)."""
     with torch.no_grad():
-        stream = target.residual_stream(list(ids))
+        stream = target.residual_stream(ids)
         return torch.cat([stream[i + 1] for i in sorted(layer_ids)], dim=-1)
 
 
@@ -159,15 +161,9 @@ def stacked_target_features(
     length, ``chunk`` sequences per forward (``torch.vmap`` over the
     reference's one-sequence forward: the same math, batched, so a GPU runs
     a few large kernels instead of many small ones per sequence)."""
-    layers = sorted(layer_ids)
-
-    def one(ids: torch.Tensor) -> torch.Tensor:
-        stream = target.residual_stream(ids)
-        return torch.cat([stream[i + 1] for i in layers], dim=-1)
-
     ids = torch.tensor([list(s) for s in seqs], dtype=torch.long, device=target.device)
-    with torch.no_grad():
-        return torch.cat([torch.vmap(one)(part) for part in ids.split(chunk)])
+    one = torch.vmap(lambda row: target_features(target, row, layer_ids))
+    return torch.cat([one(part) for part in ids.split(chunk)])
 
 
 # -- sequences: generated or from a file -----------------------------------------------
