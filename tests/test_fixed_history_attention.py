@@ -199,14 +199,18 @@ def _scale_args(fp8_scales, form, device):
     return dict(zip(("k_scale", "v_scale"), values, strict=True))
 
 
-def _assert_close(out, ref, dtype, rows, what):
+def _assert_close(out, ref, dtype, rows, what, rel_tol=None, abs_tol=None):
+    """The first ``rows`` of ``out`` against ``ref``: finite, and within
+    ``rel_tol`` in norm and ``abs_tol`` per value (default: q's dtype's)."""
     got = out[:rows].double()
     want = ref[:rows]
     assert torch.isfinite(got).all(), f"{what}: NaN/inf in output (unwritten rows?)"
     rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
     err = (got - want).abs().max().item()
-    assert rel < _REL_TOL[dtype], f"{what}: relative error {rel:.3e}"
-    assert err < _ABS_TOL[dtype], f"{what}: max abs error {err:.3e}"
+    rel_tol = _REL_TOL[dtype] if rel_tol is None else rel_tol
+    abs_tol = _ABS_TOL[dtype] if abs_tol is None else abs_tol
+    assert rel < rel_tol, f"{what}: relative error {rel:.3e}"
+    assert err < abs_tol, f"{what}: max abs error {err:.3e}"
 
 
 def _e4m3_rows(q):
@@ -225,14 +229,8 @@ def _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what):
     e4m3 (relative error <= 2^-4 each, in the numerator only), so
     |out - ref| <= 2 * 2^-4 * max|V| plus the output's own rounding; in norm
     (the errors are unbiased) a few percent, and 5% is asserted."""
-    got, want = out[:rows].double(), ref[:rows]
-    assert torch.isfinite(got).all(), f"{what}: NaN/inf in output (unwritten rows?)"
-    err = (got - want).abs().max().item()
-    assert err < 2 * 2.0**-4 * v_max + _ABS_TOL[dtype], (
-        f"{what}: max abs error {err:.3e}"
-    )
-    rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
-    assert rel < 0.05, f"{what}: relative error {rel:.3e}"
+    abs_tol = 2 * 2.0**-4 * v_max + _ABS_TOL[dtype]
+    _assert_close(out, ref, dtype, rows, what, rel_tol=0.05, abs_tol=abs_tol)
 
 
 def _run_and_check(
