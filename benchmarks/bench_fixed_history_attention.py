@@ -286,12 +286,20 @@ def sweep_grid(block_m, head_dim):
     at several tile sizes and depths, plus plain-load configurations."""
     if block_m >= 128:
         grid = []
+        # With 4 warps (one warpgroup holding all 128 rows) every tile spills
+        # (sm_90, Triton 3.7.1, benchmarks/kernel_codegen.py); with 8 warps
+        # 32 keys at 2-4 stages, 64 keys at 2-3 and 128 keys at 2 do not.
         tiles = (
             (32, 4, 4),
+            (32, 8, 2),
+            (32, 8, 3),
+            (32, 8, 4),
             (64, 4, 3),
             (64, 4, 4),
+            (64, 8, 2),
             (64, 8, 3),
             (64, 8, 4),
+            (128, 8, 2),
             (128, 8, 3),
         )
     elif head_dim <= 64:

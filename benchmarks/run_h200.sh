@@ -59,6 +59,13 @@
 #               LLAMA_PROFILE_ROUNDS rounds (default 1), published shape:
 #               the GPU-busy time per step, which the host's speed does not
 #               move (profile_decode.py offline)
+#   graphs-500  DSpark at 500 concurrent requests with vLLM's default CUDA-graph
+#               capture sizes and with the sizes of tools.cudagraph_sizes
+#               (512 requests): profile_decode.py offline for both and for
+#               no speculation (the draft's share of a step), then the
+#               published shape served at 500 with both; on GRAPHS_CKPT
+#               (default /tmp/small, random weights; /tmp/small-dspark after
+#               small-train), GRAPHS_OUTPUT_LEN decode tokens (default 200)
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
 #               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
@@ -285,6 +292,28 @@ for stage in "$@"; do
               "/tmp/$model" --concurrency "$c" --input-len 1525 --output-len 400
           done
         done
+      done
+      ;;
+    graphs-500)
+      ckpt=${GRAPHS_CKPT:-/tmp/small}
+      [ "$ckpt" != /tmp/small ] || small_checkpoint
+      sizes=$(python3 -c 'import vllm_spark2_5_plugin.configs.cudagraph as g
+print(g.compilation_config(7, 512))')
+      echo "capture sizes: $sizes"
+      point=(--concurrency 500 --input-len 1525 --output-len "${GRAPHS_OUTPUT_LEN:-200}")
+      profile graphs-500-target c500-target "$ckpt" "${point[@]}"
+      profile graphs-500-default c500-dspark-default "$ckpt" --dspark "${point[@]}"
+      profile graphs-500-sizes c500-dspark-sizes "$ckpt" --dspark "${point[@]}" \
+        --llm-kwargs "{\"compilation_config\": $sizes}"
+      for graphs in default sizes; do
+        extra=()
+        [ "$graphs" = sizes ] && extra=(--serve-args "--compilation-config '$sizes'")
+        mkdir -p "$OUT/graphs-500-serve-$graphs"
+        run "graphs-500-serve-$graphs" python3 benchmarks/bench_serving_matrix.py \
+          "$ckpt" --work-dir "/tmp/graphs-500-$graphs" \
+          --report-dir "$OUT/graphs-500-serve-$graphs" --modes dspark \
+          --shapes published --concurrencies 500 --point-seconds 15 \
+          --port "${SERVE_PORT:-8000}" "${extra[@]}"
       done
       ;;
     llama-repeat)
