@@ -1064,21 +1064,18 @@ if not _IN_CHILD:
                 16, 32, num_splits=2, num_stages=4, asm_page_load=True
             ),
             (128, 8192, 8, 4096, 16, 16, 64): _plan(
-                8, 64, num_stages=4, asm_page_load=True
+                8, 64, num_splits=2, num_stages=4, asm_page_load=True
             ),
         }
         for shape, want in plans.items():
             assert _plan_for(shape, torch.device("cuda", 0)) == want, shape
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
-        # fp8 caches (the 2026-12-01 sweep): the D = 128 plans unchanged but
-        # for the dot path, wider tiles at the 128-row and the D = 64 shapes.
+        # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
+        # path, except wider tiles at the D = 64 shape.
         fp8_plans = {
-            **{shape: persistent_d128 for shape in list(plans)[:3]},
-            (32, 32768, 16, 4096, 32, 4, 128): _plan(
-                16, 64, num_splits=2, num_stages=3, asm_page_load=True
-            ),
+            **{shape: plans[shape] for shape in list(plans)[:4]},
             (128, 8192, 8, 4096, 16, 16, 64): _plan(
-                8, 128, num_stages=3, asm_page_load=True, fp8_f16_dot=True
+                8, 128, num_splits=2, num_stages=3, asm_page_load=True, fp8_f16_dot=True
             ),
         }
         for shape, want in fp8_plans.items():

@@ -136,15 +136,14 @@ def plan_launch(
     target = int(3.5 * num_sms)
     # asm: page ids through inline PTX, so that K/V are pipelined
     # num_stages - 1 tiles ahead instead of one.
-    # fp8 caches in the two branches below: twice the keys per tile (the
-    # same bytes) and one stage less, 5% and 14% faster at the benchmark's
-    # shapes 4 and 5 on the H200 (2026-12-01 sweep, Triton 3.6); at
-    # D = 128 with fewer rows the bf16 tiles stayed best for fp8.
+    # fp8 caches take the bf16 tiles except at D <= 64 with up to 32 rows:
+    # twice the keys per tile (the same bytes) and one stage less, 14% faster
+    # at the benchmark's shape 5 on the H200. The same change at 128-row
+    # tiles was 5% faster under Triton 3.6 but 12-28% slower under vLLM's
+    # Triton 3.7.1 (the 2026-12-01 sweeps), so it was dropped there.
     if block_m >= 128:
         # About one (2-CTA) wave: more splits only add partials to merge.
-        block_n, num_warps, num_stages, asm = (
-            (64, 4, 3, True) if kv_fp8 else (32, 4, 4, True)
-        )
+        block_n, num_warps, num_stages, asm = 32, 4, 4, True
         target = num_sms
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
@@ -164,10 +163,15 @@ def plan_launch(
     # tiles long (estimated from static bounds).
     window = max_kv_len if sliding_window is None else sliding_window
     est_span = min(max_kv_len, window + avg_q)
+    # At D <= 64 with up to 32 rows per tile, two splits even when the items
+    # alone fill the GPU: 15% faster (bf16) and 11% (fp8) at the benchmark's
+    # shape 5 under Triton 3.7.1, where one split missed the floor goal
+    # (2026-12-01 sweep).
+    min_splits = 2 if head_dim <= 64 and block_m <= 32 else 1
     splits = 1
     pairs = max(1, num_reqs * num_kv_heads)
     while (
-        pairs * splits < target
+        (pairs * splits < target or splits < min_splits)
         and est_span // (splits * 2) >= 4 * block_n
         and splits < 64
     ):
