@@ -8,10 +8,13 @@ import json
 import pytest
 
 from vllm_spark2_5_plugin.configs.cudagraph import (
+    VLLM_DEFAULT_MAX_CAPTURE_SIZE,
     compilation_config,
     coverage_hint,
     dspark_capture_sizes,
     request_ladder,
+    widen_capture_sizes,
+    widened_message,
 )
 from vllm_spark2_5_plugin.tools.cudagraph_sizes import main
 
@@ -110,3 +113,65 @@ def test_no_hint_when_graphs_cover_the_server_or_are_off(mode, max_size, max_num
 def test_hint_reads_the_largest_size_from_the_list_when_needed():
     config = _config("FULL_AND_PIECEWISE", None, 128, k=3, sizes=[4, 8, 64])
     assert "cover steps of up to 16 requests" in coverage_hint(config)
+
+
+def _unresolved(max_num_seqs, k=7, batched=8192, eager=False, **compilation):
+    """What the plugin's hook sees of a DSpark engine config before vLLM
+    derives its capture sizes: vLLM's own compilation and scheduler configs,
+    ``compilation`` as the user's ``--compilation-config``."""
+    from types import SimpleNamespace
+
+    from vllm.config import CompilationConfig, SchedulerConfig
+
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        compilation_config=CompilationConfig(**compilation),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=batched,
+            max_model_len=4096,
+            is_encoder_decoder=False,
+        ),
+        model_config=SimpleNamespace(enforce_eager=eager),
+    )
+
+
+def test_widened_sizes_cover_max_num_seqs_in_both_models():
+    """vLLM's default (512 tokens) covers 64 requests at K = 7; a server of
+    512 gets the tool's list, and then no start-up hint is left to give."""
+    config = _unresolved(512)
+    sizes = widen_capture_sizes(config, cuda=True)
+    assert sizes == dspark_capture_sizes(7, 512)
+    assert config.compilation_config.cudagraph_capture_sizes == sizes
+    assert sizes[-1] == 4096 > VLLM_DEFAULT_MAX_CAPTURE_SIZE
+    config.compilation_config.max_cudagraph_capture_size = sizes[-1]
+    assert coverage_hint(config) is None
+    message = widened_message(sizes, 7)
+    assert "up to 512 requests" in message and "4096 tokens" in message
+    opt_out = json.loads(message.split("--compilation-config '")[1].rstrip("'"))
+    assert opt_out == {"max_cudagraph_capture_size": VLLM_DEFAULT_MAX_CAPTURE_SIZE}
+
+
+def test_widened_sizes_stop_at_max_num_batched_tokens():
+    """vLLM drops sizes above max_num_batched_tokens: the list stops at the
+    largest target step that fits (2048 // 8 = 256 requests)."""
+    sizes = widen_capture_sizes(_unresolved(1024, batched=2048), cuda=True)
+    assert sizes == dspark_capture_sizes(7, 256) and sizes[-1] == 2048
+
+
+@pytest.mark.parametrize(
+    ("config", "cuda"),
+    [
+        (_unresolved(512), False),  # not a CUDA platform
+        (_unresolved(512, eager=True), True),  # --enforce-eager
+        (_unresolved(512, cudagraph_mode="NONE"), True),  # graphs off
+        (_unresolved(512, cudagraph_capture_sizes=[8, 16]), True),  # user's list
+        (_unresolved(512, max_cudagraph_capture_size=512), True),  # user's cap
+        (_unresolved(64), True),  # 64 * 8 = 512: vLLM's default covers it
+        (_unresolved(512, batched=512), True),  # only 64 requests fit a step
+    ],
+)
+def test_sizes_stay_vllms_when_the_user_chose_or_they_cover(config, cuda):
+    before = config.compilation_config.cudagraph_capture_sizes
+    assert widen_capture_sizes(config, cuda=cuda) is None
+    assert config.compilation_config.cudagraph_capture_sizes == before

@@ -110,3 +110,32 @@ def test_probabilistic_drafting_runs_at_temperature_one(checkpoint):
         SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1),
     )
     assert all(len(tokens) > 0 for tokens in outputs)
+
+
+@pytest.mark.parametrize(
+    ("compilation", "widened"),
+    [({}, True), ({"max_cudagraph_capture_size": 512}, False)],
+)
+def test_capture_sizes_cover_a_busy_server(checkpoint, compilation, widened):
+    """A DSpark server of 512 requests gets CUDA graphs for every batch size
+    in both models unless the user sets the capture sizes; with the user's
+    cap, vLLM's own list (at most 512 tokens, 64 requests at K = 7)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_spark2_5_plugin.configs.cudagraph import dspark_capture_sizes
+
+    path, k = checkpoint
+    config = EngineArgs(
+        model=path,
+        dtype="float16",
+        max_model_len=1024,
+        max_num_seqs=512,
+        max_num_batched_tokens=512 * (k + 1),
+        speculative_config={"method": "dspark", "num_speculative_tokens": k},
+        compilation_config=compilation,
+    ).create_engine_config()
+    sizes = config.compilation_config.cudagraph_capture_sizes
+    if widened:
+        assert sizes == dspark_capture_sizes(k, 512)
+    else:
+        assert max(sizes) <= 512 and 512 * k not in sizes

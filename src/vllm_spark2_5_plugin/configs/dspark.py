@@ -44,6 +44,7 @@ from vllm_spark2_5_plugin.names import (
     DSPARK_METHOD,
     MARKOV_HEAD_TYPES,
     MODEL_TYPE,
+    PLUGIN_NAME,
     SLIDING,
 )
 
@@ -410,11 +411,33 @@ def _restore_if_spark2_5(spec_config: Any) -> None:
         restore_spark2_5_draft(spec_config)
 
 
+def widen_dspark_capture_sizes(vllm_config: Any) -> None:
+    """CUDA graphs for every batch size of a Spark2_5 DSpark server, unless
+    the user chose the capture sizes (``configs.cudagraph.widen_capture_sizes``;
+    logged at start-up)."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or not is_spark2_5_dspark(spec):
+        return
+    from vllm.logger import init_logger
+    from vllm.platforms import current_platform
+
+    from vllm_spark2_5_plugin.configs.cudagraph import (
+        widen_capture_sizes,
+        widened_message,
+    )
+
+    sizes = widen_capture_sizes(vllm_config, cuda=current_platform.is_cuda())
+    if sizes is not None:
+        message = widened_message(sizes, spec.num_speculative_tokens)
+        init_logger("vllm.spark2_5_plugin").info("%s: %s", PLUGIN_NAME, message)
+
+
 def _check_engine_config(vllm_config: Any) -> None:
     from vllm_spark2_5_plugin.configs.spark2_5 import check_target_config
 
     check_target_config(vllm_config)
     check_dspark_engine_config(vllm_config)
+    widen_dspark_capture_sizes(vllm_config)
 
 
 def install_dspark_config_hooks() -> None:
@@ -424,7 +447,9 @@ def install_dspark_config_hooks() -> None:
       for Spark2_5 drafts (:func:`restore_spark2_5_draft`);
     * before ``VllmConfig`` validation: the target's config again, with
       ``--hf-overrides`` applied (``configs.spark2_5.check_target_config``),
-      then :func:`check_dspark_engine_config`.
+      then :func:`check_dspark_engine_config`, then
+      :func:`widen_dspark_capture_sizes` (before vLLM derives its default
+      capture sizes).
     """
     from vllm_spark2_5_plugin import vllm_seam
 
@@ -441,4 +466,5 @@ __all__ = [
     "normalize_dspark_config",
     "read_dspark_settings",
     "restore_spark2_5_draft",
+    "widen_dspark_capture_sizes",
 ]

@@ -4,7 +4,10 @@
     python -m vllm_spark2_5_plugin.tools.cudagraph_sizes \\
         --num-speculative-tokens 7 --max-num-seqs 512
 
-prints the ``--compilation-config`` to pass to ``vllm serve``.
+prints the ``--compilation-config`` to pass to ``vllm serve``. A Spark2_5
+DSpark server whose user sets no capture sizes gets this list at start-up
+anyway (``configs.cudagraph.widen_capture_sizes``); the tool is for choosing
+them yourself, e.g. for another ``max_num_seqs``.
 
 Why: vLLM 0.32.0 (V2 model runner) captures the target's decode steps and the
 DSpark draft's steps from one list, ``compilation_config.cudagraph_capture_sizes``,
