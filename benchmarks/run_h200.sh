@@ -59,13 +59,15 @@
 #               LLAMA_PROFILE_ROUNDS rounds (default 1), published shape:
 #               the GPU-busy time per step, which the host's speed does not
 #               move (profile_decode.py offline)
-#   graphs-500  DSpark at 500 concurrent requests with vLLM's default CUDA-graph
-#               capture sizes and with the sizes of tools.cudagraph_sizes
-#               (512 requests): profile_decode.py offline for both and for
-#               no speculation (the draft's share of a step), then the
-#               published shape served at 500 with both; on GRAPHS_CKPT
-#               (default /tmp/small, random weights; /tmp/small-dspark after
-#               small-train), GRAPHS_OUTPUT_LEN decode tokens (default 200)
+#   graphs-500  DSpark at 500 concurrent requests with vLLM's CUDA-graph
+#               capture sizes (the 512-token cap) and with the plugin's (the
+#               default since 2026-12-01, covering max_num_seqs):
+#               profile_decode.py offline for both and for no speculation
+#               (the draft's share of a step), then the published shape
+#               served at 500 with both; on GRAPHS_CKPT (default /tmp/small,
+#               random weights; /tmp/small-dspark after small-train),
+#               GRAPHS_OUTPUT_LEN decode tokens (default 600: with 200 no
+#               DSpark step ran all 500 requests without a prefill)
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
 #               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
@@ -297,23 +299,27 @@ for stage in "$@"; do
     graphs-500)
       ckpt=${GRAPHS_CKPT:-/tmp/small}
       [ "$ckpt" != /tmp/small ] || small_checkpoint
-      sizes=$(python3 -c 'import vllm_spark2_5_plugin.configs.cudagraph as g
-print(g.compilation_config(7, 512))')
-      echo "capture sizes: $sizes"
-      point=(--concurrency 500 --input-len 1525 --output-len "${GRAPHS_OUTPUT_LEN:-200}")
+      # vLLM's own list (what a DSpark server got before the plugin widened
+      # it): the user's cap of 512 tokens keeps it. The plugin's list is what
+      # a server gets without flags.
+      vllm_cap='{"max_cudagraph_capture_size": 512}'
+      point=(--concurrency 500 --input-len 1525 --output-len "${GRAPHS_OUTPUT_LEN:-600}")
       profile graphs-500-target c500-target "$ckpt" "${point[@]}"
-      profile graphs-500-default c500-dspark-default "$ckpt" --dspark "${point[@]}"
-      profile graphs-500-sizes c500-dspark-sizes "$ckpt" --dspark "${point[@]}" \
-        --llm-kwargs "{\"compilation_config\": $sizes}"
-      for graphs in default sizes; do
+      profile graphs-500-vllm c500-dspark-vllm "$ckpt" --dspark "${point[@]}" \
+        --llm-kwargs "{\"compilation_config\": $vllm_cap}"
+      profile graphs-500-plugin c500-dspark-plugin "$ckpt" --dspark "${point[@]}"
+      for graphs in vllm plugin; do
         extra=()
-        [ "$graphs" = sizes ] && extra=(--serve-args "--compilation-config '$sizes'")
+        [ "$graphs" = vllm ] && extra=(--serve-args "--compilation-config '$vllm_cap'")
         mkdir -p "$OUT/graphs-500-serve-$graphs"
         run "graphs-500-serve-$graphs" python3 benchmarks/bench_serving_matrix.py \
           "$ckpt" --work-dir "/tmp/graphs-500-$graphs" \
           --report-dir "$OUT/graphs-500-serve-$graphs" --modes dspark \
           --shapes published --concurrencies 500 --point-seconds 15 \
           --port "${SERVE_PORT:-8000}" "${extra[@]}"
+        # KV-cache size and graph memory of each (the larger graphs' cost).
+        grep -r -h -E "KV cache size|graph pool memory|Graph capturing|CUDA graphs for" \
+          "/tmp/graphs-500-$graphs" --include="server-*.log" > "$OUT/graphs-500-memory-$graphs.txt" 2>/dev/null
       done
       ;;
     llama-repeat)
