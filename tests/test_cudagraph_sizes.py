@@ -115,7 +115,9 @@ def test_hint_reads_the_largest_size_from_the_list_when_needed():
     assert "cover steps of up to 16 requests" in coverage_hint(config)
 
 
-def _unresolved(max_num_seqs, k=7, batched=8192, eager=False, **compilation):
+def _unresolved(
+    max_num_seqs, k=7, batched=8192, eager=False, mode="balanced", **compilation
+):
     """What the plugin's hook sees of a DSpark engine config before vLLM
     derives its capture sizes: vLLM's own compilation and scheduler configs,
     ``compilation`` as the user's ``--compilation-config``."""
@@ -133,6 +135,7 @@ def _unresolved(max_num_seqs, k=7, batched=8192, eager=False, **compilation):
             is_encoder_decoder=False,
         ),
         model_config=SimpleNamespace(enforce_eager=eager),
+        performance_mode=mode,
     )
 
 
@@ -144,6 +147,7 @@ def test_widened_sizes_cover_max_num_seqs_in_both_models():
     assert sizes == dspark_capture_sizes(7, 512)
     assert config.compilation_config.cudagraph_capture_sizes == sizes
     assert sizes[-1] == 4096 > VLLM_DEFAULT_MAX_CAPTURE_SIZE
+    assert widen_capture_sizes(_unresolved(512, mode="throughput"), cuda=True) == sizes
     config.compilation_config.max_cudagraph_capture_size = sizes[-1]
     assert coverage_hint(config) is None
     message = widened_message(sizes, 7)
@@ -167,6 +171,7 @@ def test_widened_sizes_stop_at_max_num_batched_tokens():
         (_unresolved(512, cudagraph_mode="NONE"), True),  # graphs off
         (_unresolved(512, cudagraph_capture_sizes=[8, 16]), True),  # user's list
         (_unresolved(512, max_cudagraph_capture_size=512), True),  # user's cap
+        (_unresolved(512, mode="interactivity"), True),  # small-batch graphs
         (_unresolved(64), True),  # 64 * 8 = 512: vLLM's default covers it
         (_unresolved(512, batched=512), True),  # only 64 requests fit a step
     ],

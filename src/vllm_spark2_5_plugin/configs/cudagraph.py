@@ -88,10 +88,11 @@ def widen_capture_sizes(vllm_config: Any, *, cuda: bool) -> list[int] | None:
 
     Runs before ``VllmConfig.__post_init__`` derives vLLM's default list (the
     caller has checked that the draft is Spark2_5's DSpark). When the user
-    set neither ``cudagraph_capture_sizes`` nor ``max_cudagraph_capture_size``,
-    graphs are on (``cuda``: a CUDA platform; not ``enforce_eager``, mode not
-    ``NONE``) and vLLM's default would stop short of ``max_num_seqs``
-    requests, sets ``compilation_config.cudagraph_capture_sizes`` to
+    set neither ``cudagraph_capture_sizes`` nor ``max_cudagraph_capture_size``
+    nor ``performance_mode="interactivity"``, graphs are on (``cuda``: a CUDA
+    platform; not ``enforce_eager``, mode not ``NONE``) and vLLM's default
+    would stop short of ``max_num_seqs`` requests, sets
+    ``compilation_config.cudagraph_capture_sizes`` to
     :func:`dspark_capture_sizes` for ``min(max_num_seqs,
     max_num_batched_tokens // (K + 1))`` requests and returns it; otherwise
     changes nothing and returns ``None``. The larger graphs' memory comes out
@@ -108,6 +109,8 @@ def widen_capture_sizes(vllm_config: Any, *, cuda: bool) -> list[int] | None:
         or (mode is not None and getattr(mode, "name", str(mode)) == "NONE")
         or compilation.cudagraph_capture_sizes is not None
         or compilation.max_cudagraph_capture_size is not None
+        # vLLM's fine-grained small-batch list, the user's choice
+        or getattr(vllm_config, "performance_mode", None) == "interactivity"
     ):
         return None
     k = spec.num_speculative_tokens
