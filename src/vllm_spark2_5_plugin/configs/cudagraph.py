@@ -52,6 +52,11 @@ def compilation_config(num_speculative_tokens: int, max_num_seqs: int) -> str:
     return json.dumps({"cudagraph_capture_sizes": sizes}, separators=(",", ":"))
 
 
+def _is_none_mode(mode: Any) -> bool:
+    """Whether a ``CUDAGraphMode`` (or its name) is ``NONE``: no graphs."""
+    return getattr(mode, "name", str(mode)) == "NONE"
+
+
 def coverage_hint(vllm_config: Any) -> str | None:
     """A start-up hint when CUDA graphs stop short of ``max_num_seqs``.
 
@@ -63,7 +68,7 @@ def coverage_hint(vllm_config: Any) -> str | None:
     spec = vllm_config.speculative_config
     compilation = vllm_config.compilation_config
     mode = compilation.cudagraph_mode
-    if spec is None or mode is None or getattr(mode, "name", str(mode)) == "NONE":
+    if spec is None or mode is None or _is_none_mode(mode):
         return None
     k = spec.num_speculative_tokens
     max_num_seqs = vllm_config.scheduler_config.max_num_seqs
@@ -106,7 +111,7 @@ def widen_capture_sizes(vllm_config: Any, *, cuda: bool) -> list[int] | None:
         not cuda
         or spec is None
         or (model is not None and model.enforce_eager)
-        or (mode is not None and getattr(mode, "name", str(mode)) == "NONE")
+        or (mode is not None and _is_none_mode(mode))  # None: vLLM's default
         or compilation.cudagraph_capture_sizes is not None
         or compilation.max_cudagraph_capture_size is not None
         # vLLM's fine-grained small-batch list, the user's choice
@@ -114,7 +119,7 @@ def widen_capture_sizes(vllm_config: Any, *, cuda: bool) -> list[int] | None:
     ):
         return None
     k = spec.num_speculative_tokens
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not k:
         return None
     scheduler = vllm_config.scheduler_config
     requests = scheduler.max_num_seqs
