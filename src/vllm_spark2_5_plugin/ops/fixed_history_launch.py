@@ -139,7 +139,7 @@ def plan_launch(
     # fp8 caches take the bf16 tiles except at D <= 64 with up to 32 rows:
     # twice the keys per tile (the same bytes) and one stage less, 14% faster
     # at the benchmark's shape 5 on the H200. The same change at 128-row
-    # tiles was 5% faster under Triton 3.6 but 12-28% slower under vLLM's
+    # tiles was 5% faster under Triton 3.6 but 14-38% slower under vLLM's
     # Triton 3.7.1 (the 2026-12-01 sweeps), so it was dropped there.
     if block_m >= 128:
         # About one (2-CTA) wave: more splits only add partials to merge.
