@@ -156,8 +156,16 @@ def _token_head_ptrs(base, tok, head, offs_d, stride_t, stride_h, stride_d):
 
 
 @triton.jit
-def _online_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale):
-    """One flash-attention update with a key tile (log2 domain)."""
+def _online_softmax_step(
+    q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale, P_E4M3: tl.constexpr
+):
+    """One flash-attention update with a key tile (log2 domain).
+
+    ``qk_scale``: a scalar, or ``[BLOCK_M, 1]`` per-row scales (the e4m3
+    path's q8 holds each row of q divided by its own scale). ``P_E4M3``: the
+    softmax weights go to the P.V product as e4m3 after scaling by 256, and
+    ``acc`` gathers ``256 p`` (see the module docstring); else in V's dtype.
+    """
     s = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale
     s = tl.where(key_ok[None, :], s, float("-inf"))
     # Every tile holds at least one valid key, so m_new is finite.
@@ -165,24 +173,11 @@ def _online_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
-    return m_new, l_i, acc
-
-
-@triton.jit
-def _online_softmax_step_e4m3(q8, k8, v8, key_ok, m_i, l_i, acc, row_qk_scale):
-    """:func:`_online_softmax_step` with e4m3 operands on both dots: q8 holds
-    each row of q divided by its own scale, which ``row_qk_scale`` puts back
-    (with the softmax and K scales); ``acc`` gathers ``256 p`` (see the
-    module docstring)."""
-    s = tl.dot(q8, tl.trans(k8)) * row_qk_scale[:, None]
-    s = tl.where(key_ok[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    p8 = (p * P_E4M3_SCALE).to(tl.float8e4nv)
-    acc = acc * alpha[:, None] + tl.dot(p8, v8)
+    if P_E4M3:  # noqa: SIM108 (constexpr branch)
+        p_dot = (p * P_E4M3_SCALE).to(tl.float8e4nv)
+    else:
+        p_dot = p.to(v_tile.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p_dot, v_tile)
     return m_new, l_i, acc
 
 
@@ -292,13 +287,14 @@ def fixed_history_kernel(
             if KV_FP8 and FP8_F16_DOT:
                 # float16 q: |q| would need to pass ~5e5 (D = 128) to overflow.
                 q_tile = (q_tile.to(tl.float32) * q_factor).to(tl.float16)
+            score_scale = qk_scale
             if KV_FP8 and FP8_E4M3_DOT:
                 # Each row in e4m3's range; an all-zero row (padding) stays 0.
                 q_f32 = q_tile.to(tl.float32)
                 row_max = tl.maximum(tl.max(tl.abs(q_f32), axis=1), 1e-30)
                 to_e4m3 = E4M3_MAX / row_max
                 q_tile = (q_f32 * to_e4m3[:, None]).to(tl.float8e4nv)
-                row_qk_scale = row_max * (qk_scale / E4M3_MAX)
+                score_scale = (row_max * (qk_scale / E4M3_MAX))[:, None]
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -313,20 +309,24 @@ def fixed_history_kernel(
                 v_tile = _load_rows(
                     v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
                 )
-                if KV_FP8 and FP8_E4M3_DOT:
-                    m_i, l_i, acc = _online_softmax_step_e4m3(
-                        q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, row_qk_scale
-                    )
-                else:
-                    if KV_FP8 and FP8_F16_DOT:
-                        k_tile = k_tile.to(tl.float16)
-                        v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
-                    elif KV_FP8:
-                        k_tile = _fp8_to(k_tile, q_tile.dtype)
-                        v_tile = _fp8_to(v_tile, q_tile.dtype)
-                    m_i, l_i, acc = _online_softmax_step(
-                        q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
-                    )
+                # (The e4m3 path feeds the e4m3 tiles as they are.)
+                if KV_FP8 and FP8_F16_DOT:
+                    k_tile = k_tile.to(tl.float16)
+                    v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
+                elif KV_FP8 and not FP8_E4M3_DOT:
+                    k_tile = _fp8_to(k_tile, q_tile.dtype)
+                    v_tile = _fp8_to(v_tile, q_tile.dtype)
+                m_i, l_i, acc = _online_softmax_step(
+                    q_tile,
+                    k_tile,
+                    v_tile,
+                    key_ok,
+                    m_i,
+                    l_i,
+                    acc,
+                    score_scale,
+                    KV_FP8 and FP8_E4M3_DOT,
+                )
             if KV_FP8:
                 acc = acc * v_factor
 
