@@ -67,7 +67,8 @@
 #               served at 500 with both; on GRAPHS_CKPT (default /tmp/small,
 #               random weights; /tmp/small-dspark after small-train),
 #               GRAPHS_OUTPUT_LEN decode tokens (default 600: with 200 no
-#               DSpark step ran all 500 requests without a prefill)
+#               DSpark step ran all 500 requests without a prefill);
+#               GRAPHS_SERVE=0 runs the three profiles only
 #   llama-repeat Spark2_5 against its Llama twin at 64 and 500, in the mode
 #               order LLAMA_ORDER (default "baseline intree"), into
 #               /tmp/llama-$LLAMA_TAG; then profile_decode.py without DSpark at
@@ -304,11 +305,13 @@ for stage in "$@"; do
       # a server gets without flags.
       vllm_cap='{"max_cudagraph_capture_size": 512}'
       point=(--concurrency 500 --input-len 1525 --output-len "${GRAPHS_OUTPUT_LEN:-600}")
+      graphs_lists=(vllm plugin)
+      [ "${GRAPHS_SERVE:-1}" = 1 ] || graphs_lists=()
       profile graphs-500-target c500-target "$ckpt" "${point[@]}"
       profile graphs-500-vllm c500-dspark-vllm "$ckpt" --dspark "${point[@]}" \
         --llm-kwargs "{\"compilation_config\": $vllm_cap}"
       profile graphs-500-plugin c500-dspark-plugin "$ckpt" --dspark "${point[@]}"
-      for graphs in vllm plugin; do
+      for graphs in "${graphs_lists[@]}"; do
         extra=()
         [ "$graphs" = vllm ] && extra=(--serve-args "--compilation-config '$vllm_cap'")
         mkdir -p "$OUT/graphs-500-serve-$graphs"
