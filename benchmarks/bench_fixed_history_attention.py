@@ -355,7 +355,10 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
     def try_plan(plan, **changes):
         if changes.get("num_splits", plan.num_splits) > 1:
             changes["programs_per_sm"] = 0  # the persistent grid needs 1 split
-        plan = dataclasses.replace(plan, **changes)
+        try:
+            plan = dataclasses.replace(plan, **changes)
+        except ValueError:  # a combination LaunchPlan refuses
+            return
         if plan.block_n * D > 256 * 128:
             return
         try:

@@ -498,7 +498,10 @@ if _IN_CHILD:
         # v_scale must be applied to every partial.
         _interp_check(
             Case([40, 0, 70], [3, 2, 5], 48, 4, 2, 32, 8),
-            plan=_plan(2, 16, num_splits, fp8_f16_dot=fp8_f16_dot),
+            # (float16 dots need 32-key tiles, see LaunchPlan)
+            plan=_plan(
+                2, 32 if fp8_f16_dot else 16, num_splits, fp8_f16_dot=fp8_f16_dot
+            ),
             fp8_scales=(0.02, 3.0),
             extra_rows=3,
         )
@@ -509,7 +512,9 @@ if _IN_CHILD:
         # scales loaded once per program.
         _interp_check(
             _RAGGED._replace(window=window),
-            plan=_plan(2, 16, programs_per_sm=1, fp8_f16_dot=fp8_f16_dot),
+            plan=_plan(
+                2, 32 if fp8_f16_dot else 16, programs_per_sm=1, fp8_f16_dot=fp8_f16_dot
+            ),
             fp8_scales=(3.0, 0.02),
             extra_rows=3,
         )
@@ -976,6 +981,14 @@ if not _IN_CHILD:
         with pytest.raises(ValueError, match="fp8_e4m3_dot needs block_n >= 32"):
             _plan(2, 16, fp8_e4m3_dot=True)
 
+    def test_plan_refuses_f16_dots_over_16_keys():
+        # The float16-dot path with 16-key tiles came out wrong on the H200
+        # (sm_90, Triton 3.7.1) although the interpreter computes it right.
+        with pytest.raises(ValueError, match="fp8_f16_dot needs block_n >= 32"):
+            _plan(2, 16, fp8_f16_dot=True)
+        assert _plan(2, 32, fp8_f16_dot=True).fp8_f16_dot
+        assert _plan(2, 16).block_n == 16
+
     @pytest.mark.parametrize("kv_fp8", [False, True])
     @pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
     @pytest.mark.parametrize("queries,group", [(8, 4), (16, 8), (40, 8)])
@@ -1063,19 +1076,20 @@ if not _IN_CHILD:
             (32, 32768, 16, 4096, 32, 4, 128): _plan(
                 16, 32, num_splits=2, num_stages=4, asm_page_load=True
             ),
+            # 16-row tiles: one warp, one split
             (128, 8192, 8, 4096, 16, 16, 64): _plan(
-                8, 64, num_splits=2, num_stages=4, asm_page_load=True
+                8, 32, num_warps=1, num_stages=3, asm_page_load=True
             ),
         }
         for shape, want in plans.items():
             assert _plan_for(shape, torch.device("cuda", 0)) == want, shape
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
         # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
-        # path, except wider tiles at the D = 64 shape.
+        # path, except two splits at the D = 64 shape.
         fp8_plans = {
             **{shape: plans[shape] for shape in list(plans)[:4]},
-            (128, 8192, 8, 4096, 16, 16, 64): _plan(
-                8, 128, num_splits=2, num_stages=3, asm_page_load=True, fp8_f16_dot=True
+            (128, 8192, 8, 4096, 16, 16, 64): dataclasses.replace(
+                plans[(128, 8192, 8, 4096, 16, 16, 64)], num_splits=2, fp8_f16_dot=True
             ),
         }
         for shape, want in fp8_plans.items():
