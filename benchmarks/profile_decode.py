@@ -13,9 +13,13 @@ prompts, ``--input-len`` in, ``--output-len`` out, greedy, ``--ignore-eos``):
   ``update_from_output`` and the output processor (detokenization) are wrapped
   with timers; a model step ends at each ``update_from_output``. Steady decode
   steps (every request running, no prefill in the batch) give the step period
-  and its CPU split. ``torch.profiler`` (CUDA activity only, kernels and copies)
-  records ``--profile-steps`` of those steps; the union of the device's busy
-  intervals per step is the GPU time.
+  and its CPU split. ``torch.profiler`` records ``--profile-steps`` of those
+  steps; the union of the device's busy intervals (kernels and copies) per
+  step is the GPU time. While it records, ``execute_model`` (the target's
+  forward) and ``sample_tokens`` (sampling, and with DSpark the rejection
+  and the draft's proposal) run inside ``record_function`` ranges, and each
+  kernel is charged to the range whose host call launched it (matched by
+  the profiler's correlation ids): the GPU time of each part of a step.
 * **server**: ``vllm serve`` with the same settings, ``vllm bench serve`` at the
   same concurrency (one wave), while a sampler reads /metrics (engine
   iterations, tokens, running requests), the CPU time of the API-server and
@@ -32,6 +36,7 @@ Writes ``profile.json`` (both phases and a one-line ``answer``) to ``--out``:
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import multiprocessing
@@ -74,17 +79,72 @@ def _trace_events(trace_file: Path, device: bool) -> list[dict[str, Any]]:
 def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
     """Union of the busy intervals of :func:`_trace_events`, in ms, and the
     event count."""
-    spans = sorted(
+    spans = [
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
         for e in _trace_events(trace_file, device)
-    )
+    ]
+    return _union_ms(spans), len(spans)
+
+
+#: Prefix of the ``record_function`` ranges around the timed executor calls.
+PHASE_PREFIX = "spark25::"
+#: The executor calls whose GPU work is attributed (see ``phase_busy_ms``).
+PHASES = ("execute_model", "sample_tokens")
+
+
+def _union_ms(spans: list[tuple[float, float]]) -> float:
     total, end = 0.0, float("-inf")
-    for start, stop in spans:
+    for start, stop in sorted(spans):
         if stop <= end:
             continue
         total += stop - max(start, end)
         end = stop
-    return total / 1e3, len(spans)
+    return total / 1e3
+
+
+def phase_busy_ms(trace_file: Path, device: bool = True) -> dict[str, float]:
+    """Busy ms of :func:`_trace_events` per phase: the ``PHASE_PREFIX`` range
+    (a ``record_function`` on the host) that was open when the event was
+    issued, ``"other"`` when none was. A GPU event is matched to its launch
+    (a CUDA runtime or driver call with the same correlation id) and the
+    launch's time decides; a CPU op's own start time does. Each phase is
+    the union of its events' intervals."""
+    events = json.loads(trace_file.read_text()).get("traceEvents", [])
+    ranges = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"])
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and str(e.get("name", "")).startswith(PHASE_PREFIX)
+    )
+    starts = [r[0] for r in ranges]
+    launches = {
+        (e.get("args") or {}).get("correlation"): float(e["ts"])
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+    }
+
+    def phase_at(ts: float | None) -> str:
+        if ts is None:
+            return "other"
+        i = bisect.bisect_right(starts, ts) - 1
+        # The executor calls run one after another, so at most the last
+        # range starting before ``ts`` can hold it.
+        if i >= 0 and ts <= ranges[i][1]:
+            return ranges[i][2][len(PHASE_PREFIX) :]
+        return "other"
+
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in _trace_events(trace_file, device):
+        if device:
+            issued = launches.get((e.get("args") or {}).get("correlation"))
+        else:
+            issued = float(e["ts"])
+        start = float(e["ts"])
+        spans.setdefault(phase_at(issued), []).append(
+            (start, start + float(e.get("dur", 0)))
+        )
+    return {name: _union_ms(s) for name, s in spans.items()}
 
 
 def top_kernels(
@@ -128,7 +188,13 @@ class Recorder:
             if not self.enabled:
                 return fn(*args, **kwargs)
             start = time.perf_counter()
-            out = fn(*args, **kwargs)
+            if label in PHASES and self._profiling():
+                import torch
+
+                with torch.profiler.record_function(PHASE_PREFIX + label):
+                    out = fn(*args, **kwargs)
+            else:
+                out = fn(*args, **kwargs)
             end = time.perf_counter()
             self.calls.append((label, start, end))
             if after is not None:
@@ -206,13 +272,18 @@ class Recorder:
             "process_outputs", engine.output_processor.process_outputs, on_outputs
         )
 
+    def _profiling(self) -> bool:
+        return self.profiler is not None and not hasattr(self, "profile_end")
+
     def _start_profiler(self) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
         if self.activity == "cuda" and torch.cuda.is_available():
-            activities = [ProfilerActivity.CUDA]
+            # The CPU activity brings the record_function ranges that
+            # phase_busy_ms charges the kernels to.
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
         else:
             self.activity = "cpu"
         self.profiler = profile(activities=activities)
@@ -367,15 +438,18 @@ def offline_child(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "trace.json"
             rec.profiler.export_chrome_trace(str(trace))
-            busy, count = busy_ms(trace, device=rec.activity == "cuda")
+            device = rec.activity == "cuda"
+            busy, count = busy_ms(trace, device=device)
             steps = len(rec.profile_steps)
-            kernels = top_kernels(trace, steps, device=rec.activity == "cuda")
+            kernels = top_kernels(trace, steps, device=device)
+            phases = phase_busy_ms(trace, device=device)
         wall = 1e3 * (rec.profile_end - rec.profile_start)
         result["profile"] = {
             "activity": rec.activity,
             "steps": steps,
             "events": count,
             "busy_ms_per_step": busy / steps,
+            "busy_ms_per_step_by_phase": {k: v / steps for k, v in phases.items()},
             "wall_ms_per_step_with_profiler": wall / steps,
             "top_kernels": kernels,
         }
@@ -624,6 +698,15 @@ def answer(offline: dict[str, Any], server: dict[str, Any], c: int) -> str:
             if gpu is not None
             else f"step {period:.1f} ms (GPU time not measured)"
         )
+        by_phase = prof.get("busy_ms_per_step_by_phase") or {}
+        if gpu is not None and by_phase:
+            gpu_txt += (
+                f", issued from execute_model (the target's forward) "
+                f"{by_phase.get('execute_model', 0.0):.1f} ms, from sample_tokens "
+                f"(sampling; with DSpark also the draft) "
+                f"{by_phase.get('sample_tokens', 0.0):.1f} ms, elsewhere "
+                f"{by_phase.get('other', 0.0):.1f} ms"
+            )
         parts.append(
             f"offline, {c} concurrent, no API server: {gpu_txt}; engine-core CPU "
             f"per step: scheduler {med['schedule']:.1f} ms, model-runner inputs and "

@@ -280,6 +280,60 @@ def test_the_decode_profiler_times_steady_steps_on_a_real_engine(
     parts = ("schedule", "execute_model", "sample_tokens", "update_from_output")
     assert 0 < sum(step[p] for p in parts) <= step["engine_core_step"] * 1.05, step
     assert offline["plugin"]["path"].endswith("vllm_spark2_5_plugin"), offline
+    # The profiled steps' CPU ops, split by the executor call they ran in:
+    # the forward and the sampling both did work, each part of the whole.
+    profile = offline["profile"]
+    phases = profile["busy_ms_per_step_by_phase"]
+    assert phases["execute_model"] > 0 and phases["sample_tokens"] > 0, profile
+    assert max(phases.values()) <= profile["busy_ms_per_step"] + 1e-3, profile
+    assert "issued from execute_model" in record["answer"], record["answer"]
+
+
+@pytest.fixture(scope="module")
+def profiler():
+    spec = importlib.util.spec_from_file_location("profile_decode", _PROFILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _x(cat: str, name: str, ts: float, dur: float, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": args}
+
+
+def test_gpu_time_is_charged_to_the_host_call_that_launched_it(profiler, tmp_path):
+    """A kernel belongs to the executor call whose launch issued it, even when
+    it runs after that call has returned (the GPU lags the host)."""
+    trace = {
+        "traceEvents": [
+            _x("user_annotation", "spark25::execute_model", 0, 100),
+            _x("user_annotation", "spark25::sample_tokens", 100, 50),
+            _x("user_annotation", "other range", 0, 1000),
+            _x("cuda_runtime", "cudaGraphLaunch", 10, 5, correlation=1),
+            _x("cuda_driver", "cuLaunchKernelEx", 120, 5, correlation=2),
+            _x("cuda_runtime", "cudaLaunchKernel", 300, 5, correlation=3),
+            # The forward's kernels: two overlapping ones count once.
+            _x("kernel", "gemm", 90, 60, correlation=1),
+            _x("kernel", "gemm_tail", 140, 20, correlation=1),
+            # The draft's, launched inside sample_tokens, run after it.
+            _x("kernel", "fixed_history_kernel", 160, 40, correlation=2),
+            _x("gpu_memcpy", "Memcpy DtoH", 310, 4, correlation=3),
+            _x("kernel", "no launch seen", 400, 6, correlation=9),
+            _x("cpu_op", "aten::mm", 20, 30),
+        ]
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    phases = profiler.phase_busy_ms(path)
+    assert phases == pytest.approx(
+        {"execute_model": 0.070, "sample_tokens": 0.040, "other": 0.010}
+    )
+    busy, count = profiler.busy_ms(path)
+    assert busy == pytest.approx(sum(phases.values())) and count == 5
+    # CPU ops go by their own start time.
+    assert profiler.phase_busy_ms(path, device=False) == pytest.approx(
+        {"execute_model": 0.030}
+    )
 
 
 @pytest.mark.slow
