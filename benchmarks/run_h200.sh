@@ -24,8 +24,10 @@
 #               SPARK2_5_FP8_PAIR (made on a CPU machine, see tests/test_fp8_gpu.py)
 #   serve-tp2   tiny checkpoint served at tensor parallel 2, with/without DSpark
 #   serve-fp8kv tiny checkpoint served with --kv-cache-dtype fp8, with/without DSpark
-#   profile-c1  where a DSpark step's time goes at concurrency 1, for 3 prompt
-#               lengths (the ~1B "small" preset, random weights)
+#   profile-c1  where a DSpark step's time goes at concurrency 1, for the
+#               prompt lengths PROFILE_C1_INPUTS (default "128 1525 3000"), on
+#               PROFILE_C1_CKPT (default /tmp/small, the ~1B "small" preset
+#               with random weights; /tmp/small-dspark after small-train)
 #   draft-ops   the same for DRAFT_OPS_POINTS (mode:prompt-length): DSpark with
 #               the draft on vLLM's kernels (kernels, as shipped), DSpark with
 #               its RMSNorm/RoPE/GELU as plain PyTorch (native, the state
@@ -199,9 +201,10 @@ for stage in "$@"; do
     serve-tp2) serve tp2 "--tensor-parallel-size 2" ;;
     serve-fp8kv) serve fp8kv "--kv-cache-dtype fp8" ;;
     profile-c1)
-      small_checkpoint
-      for n in 128 1525 3000; do
-        profile "profile-c1-in$n" "c1-in$n" /tmp/small \
+      ckpt=${PROFILE_C1_CKPT:-/tmp/small}
+      [ "$ckpt" != /tmp/small ] || small_checkpoint
+      for n in ${PROFILE_C1_INPUTS:-128 1525 3000}; do
+        profile "profile-c1-in$n" "c1-in$n" "$ckpt" \
           --dspark --concurrency 1 --input-len "$n" --output-len 256
       done
       ;;
