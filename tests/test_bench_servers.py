@@ -336,6 +336,59 @@ def test_gpu_time_is_charged_to_the_host_call_that_launched_it(profiler, tmp_pat
     )
 
 
+@pytest.mark.cuda
+def test_gpu_work_is_charged_to_its_range_on_a_gpu(profiler, tmp_path):
+    """The same on a real trace: a CUDA-graph replay, a Triton kernel launched
+    through the driver API, eager aten kernels and a memset are charged to
+    the range that issued them, and work outside the ranges to "other"."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import triton
+    import triton.language as tl
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+
+    x = torch.randn(2048, 2048, device="cuda")
+    z = torch.zeros(1 << 20, device="cuda")
+
+    def forward():
+        add_one[(256,)](z, z.numel(), BLOCK=4096)
+        return x @ x
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        forward()  # warm-up (compiles the Triton kernel)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            with record_function(profiler.PHASE_PREFIX + "execute_model"):
+                graph.replay()
+            with record_function(profiler.PHASE_PREFIX + "sample_tokens"):
+                add_one[(256,)](z, z.numel(), BLOCK=4096)
+                (x[:256] * 2).sum()
+            x.add(1)  # outside both ranges
+        torch.cuda.synchronize()
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    phases = profiler.phase_busy_ms(trace)
+    assert set(phases) == {"execute_model", "sample_tokens", "other"}, phases
+    # The graph's GEMM outweighs everything else by far.
+    assert phases["execute_model"] > 5 * phases["sample_tokens"], phases
+    assert phases["other"] > 0 and phases["sample_tokens"] > 0, phases
+    busy, _ = profiler.busy_ms(trace)
+    assert sum(phases.values()) == pytest.approx(busy, rel=0.01), (phases, busy)
+
+
 @pytest.mark.slow
 def test_a_failed_profile_fails_the_command(tiny_checkpoint, tmp_path):
     """A phase that does not run (here DSpark, which vLLM's CPU build refuses)
