@@ -29,12 +29,17 @@ import pytest
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_serving_matrix.py"
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    spec = importlib.util.spec_from_file_location("bench_serving_matrix", _PATH)
+def _load_script(path: Path):
+    """A benchmark script imported as a module (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return _load_script(_PATH)
 
 
 def _detached(*argv: str) -> int:
@@ -291,10 +296,7 @@ def test_the_decode_profiler_times_steady_steps_on_a_real_engine(
 
 @pytest.fixture(scope="module")
 def profiler():
-    spec = importlib.util.spec_from_file_location("profile_decode", _PROFILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_script(_PROFILE)
 
 
 def _x(cat: str, name: str, ts: float, dur: float, **args) -> dict:
