@@ -68,12 +68,21 @@ def _round(value: Any, digits: int = 3) -> Any:
     return value
 
 
-def _trace_events(trace_file: Path, device: bool) -> list[dict[str, Any]]:
-    """The complete events of a Chrome trace: GPU kernels, copies and memsets,
-    or CPU ops with ``device=False``."""
-    events = json.loads(trace_file.read_text()).get("traceEvents", [])
-    cats = ("kernel", "gpu_memcpy", "gpu_memset") if device else ("cpu_op",)
+def _complete(events: list[dict[str, Any]], *cats: str) -> list[dict[str, Any]]:
+    """The complete ("X") events of the categories ``cats``."""
     return [e for e in events if e.get("ph") == "X" and e.get("cat") in cats]
+
+
+def _trace_events(
+    trace_file: Path, device: bool, events: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The complete events of a Chrome trace: GPU kernels, copies and memsets,
+    or CPU ops with ``device=False``. ``events``: the trace's events when the
+    caller has read them already."""
+    if events is None:
+        events = json.loads(trace_file.read_text()).get("traceEvents", [])
+    cats = ("kernel", "gpu_memcpy", "gpu_memset") if device else ("cpu_op",)
+    return _complete(events, *cats)
 
 
 def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
@@ -112,16 +121,13 @@ def phase_busy_ms(trace_file: Path, device: bool = True) -> dict[str, float]:
     events = json.loads(trace_file.read_text()).get("traceEvents", [])
     ranges = sorted(
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"])
-        for e in events
-        if e.get("ph") == "X"
-        and e.get("cat") == "user_annotation"
-        and str(e.get("name", "")).startswith(PHASE_PREFIX)
+        for e in _complete(events, "user_annotation")
+        if str(e.get("name", "")).startswith(PHASE_PREFIX)
     )
     starts = [r[0] for r in ranges]
     launches = {
         (e.get("args") or {}).get("correlation"): float(e["ts"])
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+        for e in _complete(events, "cuda_runtime", "cuda_driver")
     }
 
     def phase_at(ts: float | None) -> str:
@@ -135,7 +141,7 @@ def phase_busy_ms(trace_file: Path, device: bool = True) -> dict[str, float]:
         return "other"
 
     spans: dict[str, list[tuple[float, float]]] = {}
-    for e in _trace_events(trace_file, device):
+    for e in _trace_events(trace_file, device, events):
         if device:
             issued = launches.get((e.get("args") or {}).get("correlation"))
         else:
