@@ -48,6 +48,11 @@ kernels of another version of ``ops/fixed_history_kernel.py`` (e.g.
 ``git show REV:src/vllm_spark2_5_plugin/ops/fixed_history_kernel.py >
 FILE``; its kernels must take the same arguments), swapped into the launch
 module for the duration, and prints a before/after table.
+
+``--sweep`` also times a grid of launch plans per shape, each with its
+output's difference from the default plan's; ``--sweep --try JSON``
+(repeatable) times only the given changes to the default plan, e.g.
+``--try '{"block_q": 16, "block_n": 64, "num_stages": 3}'``.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import json
 import math
 import platform
 import random
@@ -339,10 +345,12 @@ def sweep_grid(block_m, head_dim):
     return grid
 
 
-def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
+def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=None):
     """Tile/warp/stage grid at the default split count, then the best of those
     with half, twice and four times the splits and, with one split, with 0 (one
-    program per item) to 3 persistent programs per SM. ``scales``: the
+    program per item) to 3 persistent programs per SM. ``only``: a list of
+    plan changes (dicts of ``LaunchPlan`` fields) to time instead of the grid.
+    ``scales``: the
     ``k_scale``/``v_scale`` arguments of an fp8 cache, else empty; with them
     each configuration is tried with every way of feeding the tensor cores
     (fp8 tensor-core dots only at tiles of >= 64 rows, where Triton emits
@@ -384,6 +392,12 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
         )
         results.append((t, plan))
 
+    if only is not None:
+        for changes in only:
+            try_plan(base, **changes)
+        results.sort(key=lambda x: x[0])
+        return results
+
     # fp8: each configuration with each way of feeding the tensor cores.
     dots = [dict(fp8_f16_dot=base.fp8_f16_dot, fp8_e4m3_dot=False)]
     if scales:
@@ -402,6 +416,13 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want):
         wide = dict(block_q=block_q, fp8_f16_dot=False, fp8_e4m3_dot=True)
         for bn, nw, ns in ((64, 8, 2), (64, 8, 3), (128, 8, 2), (64, 4, 2)):
             try_plan(base, block_n=bn, num_warps=nw, num_stages=ns, **wide)
+        # The same widening with 16-bit dots: a 64-row tile is multiplied by
+        # warpgroup MMAs from shared memory, so the converted K and V tiles
+        # are stored there once instead of being rearranged in registers.
+        for f16 in (False, True):
+            wide16 = dict(wide, fp8_f16_dot=f16, fp8_e4m3_dot=False)
+            for bn, nw, ns in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (64, 8, 2)):
+                try_plan(base, block_n=bn, num_warps=nw, num_stages=ns, **wide16)
     results.sort(key=lambda x: x[0])
     if results:
         best = results[0][1]
@@ -503,6 +524,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
             *(shape, q, k, v, bt, ctx, qsl, scale, torch.empty_like(q), plan),
             scales,
             ref_out,
+            only=args.try_plans,
         )
         if res:
             best_sweep = res[0]
@@ -582,6 +604,24 @@ def goal_verdict(r):
     return "yes" if judged_speed or not r["speed_goal"] else "yes (floor; SDPA not run)"
 
 
+def plan_changes(text):
+    """A ``--try`` value: a JSON object of ``LaunchPlan`` fields."""
+    try:
+        changes = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    fields = {f.name for f in dataclasses.fields(ops.LaunchPlan)}
+    if not isinstance(changes, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    unknown = sorted(set(changes) - fields)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"not LaunchPlan fields: {', '.join(unknown)} "
+            f"(fields: {', '.join(sorted(fields))})"
+        )
+    return changes
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description="Fixed-history attention kernel vs gather + SDPA/Flex (CUDA)."
@@ -602,6 +642,16 @@ def parse_args(argv=None):
         help="also time the kernels of this fixed_history_kernel.py (before/after)",
     )
     ap.add_argument("--sweep", action="store_true", help="also try tile configs")
+    ap.add_argument(
+        "--try",
+        dest="try_plans",
+        metavar="JSON",
+        type=plan_changes,
+        action="append",
+        default=None,
+        help="with --sweep: time only these changes to each default plan "
+        '(repeatable), e.g. \'{"block_q": 16, "block_n": 64}\'',
+    )
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
     ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd")

@@ -1056,14 +1056,27 @@ if not _IN_CHILD:
         bf16 = _plan_for(shape, device)
         assert not bf16.fp8_f16_dot
         # Below D = 128 fp8 tiles take twice the keys (the same bytes) with one
-        # stage less; everything else is the bf16 plan.
-        wider = head_dim < 128
-        assert fp8 == dataclasses.replace(
-            bf16,
-            fp8_f16_dot=f16_dot,
-            block_n=bf16.block_n * (2 if wider else 1),
-            num_stages=bf16.num_stages - (1 if wider else 0),
-        )
+        # stage less; at D = 128 the 32-row tiles are widened to 64 rows
+        # (test_plan_for_the_h200_benchmark_shapes); D = 256 is the bf16 plan.
+        if head_dim < 128:
+            assert fp8 == dataclasses.replace(
+                bf16,
+                fp8_f16_dot=f16_dot,
+                block_n=bf16.block_n * 2,
+                num_stages=bf16.num_stages - 1,
+            )
+        elif head_dim == 128:
+            assert fp8.tile_rows(4) == 2 * bf16.tile_rows(4) == 64, fp8
+        else:
+            assert fp8 == bf16
+
+    @pytest.mark.parametrize("rows", [16, 64, 128])
+    def test_plan_widens_fp8_tiles_of_32_rows_only(rows):
+        # Only the measured case: 32-row tiles at D = 128 with an fp8 cache.
+        shape = (64, 8192, rows // 4, 4096, 32, 8, 128)
+        device = torch.device("cuda", 0)
+        fp8 = _plan_for(shape, device, kv_fp8=True)
+        assert fp8.tile_rows(4) == _plan_for(shape, device).tile_rows(4) == rows
 
     def test_plan_for_the_h200_benchmark_shapes():
         # The launches measured in benchmarks/fixed_history_attention_h200.md;
@@ -1085,9 +1098,12 @@ if not _IN_CHILD:
             assert _plan_for(shape, torch.device("cuda", 0)) == want, shape
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
         # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
-        # path, except two splits at the D = 64 shape.
+        # path, except 64-row tiles (16 query slots for 8 queries) at the
+        # three 32-row D = 128 shapes and two splits at the D = 64 shape.
+        wide_d128 = _plan(16, 64, num_stages=3, asm_page_load=True, programs_per_sm=2)
         fp8_plans = {
-            **{shape: plans[shape] for shape in list(plans)[:4]},
+            **{shape: wide_d128 for shape in list(plans)[:3]},
+            (32, 32768, 16, 4096, 32, 4, 128): plans[(32, 32768, 16, 4096, 32, 4, 128)],
             (128, 8192, 8, 4096, 16, 16, 64): dataclasses.replace(
                 plans[(128, 8192, 8, 4096, 16, 16, 64)], num_splits=2, fp8_f16_dot=True
             ),

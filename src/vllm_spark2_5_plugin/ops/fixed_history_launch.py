@@ -157,6 +157,16 @@ def plan_launch(
         target = num_sms
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
+    elif head_dim >= 128 and kv_fp8 and block_m == 32:
+        # fp8 cache, 32-row tiles: twice the queries per tile (the extra rows
+        # are masked), so that the dots run as warpgroup MMAs from shared
+        # memory, where the converted K and V tiles are stored once instead
+        # of being rearranged in registers. 11-12% faster at the benchmark's
+        # three 32-row shapes despite twice the MMA work (H200, Triton
+        # 3.7.1, 2026-12-01 sweep).
+        block_q *= 2
+        block_n, num_warps, num_stages, asm = 64, 4, 3, True
+        persistent = 2
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
         # 2 resident programs per SM streaming items beat one program per
