@@ -349,12 +349,11 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
     """Tile/warp/stage grid at the default split count, then the best of those
     with half, twice and four times the splits and, with one split, with 0 (one
     program per item) to 3 persistent programs per SM. ``only``: a list of
-    plan changes (dicts of ``LaunchPlan`` fields) to time instead of the grid.
-    ``scales``: the
-    ``k_scale``/``v_scale`` arguments of an fp8 cache, else empty; with them
-    each configuration is tried with every way of feeding the tensor cores
-    (fp8 tensor-core dots only at tiles of >= 64 rows, where Triton emits
-    them). Every plan prints its time and its difference from ``want``, the
+    plan changes (dicts of ``LaunchPlan`` fields) to time instead of all that.
+    ``scales``: the ``k_scale``/``v_scale`` arguments of an fp8 cache, else
+    empty; with them each configuration is tried with every way of feeding
+    the tensor cores (fp8 tensor-core dots only at tiles of >= 64 rows, where
+    Triton emits them). Every plan prints its time and its difference from ``want``, the
     default plan's output. Returns [(us, plan)], fastest first."""
     R, L, B, W, nH, nKV, D = shape
     group = nH // nKV
