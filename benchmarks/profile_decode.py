@@ -80,17 +80,23 @@ def _trace_events(
     or CPU ops with ``device=False``. ``events``: the trace's events when the
     caller has read them already."""
     if events is None:
-        events = json.loads(trace_file.read_text()).get("traceEvents", [])
+        events = _read_events(trace_file)
     cats = ("kernel", "gpu_memcpy", "gpu_memset") if device else ("cpu_op",)
     return _complete(events, *cats)
 
 
-def busy_ms(trace_file: Path, device: bool = True) -> tuple[float, int]:
+def _read_events(trace_file: Path) -> list[dict[str, Any]]:
+    return json.loads(trace_file.read_text()).get("traceEvents", [])
+
+
+def busy_ms(
+    trace_file: Path, device: bool = True, events: list[dict[str, Any]] | None = None
+) -> tuple[float, int]:
     """Union of the busy intervals of :func:`_trace_events`, in ms, and the
-    event count."""
+    event count (``events``: as for :func:`_trace_events`)."""
     spans = [
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-        for e in _trace_events(trace_file, device)
+        for e in _trace_events(trace_file, device, events)
     ]
     return _union_ms(spans), len(spans)
 
@@ -111,14 +117,18 @@ def _union_ms(spans: list[tuple[float, float]]) -> float:
     return total / 1e3
 
 
-def phase_busy_ms(trace_file: Path, device: bool = True) -> dict[str, float]:
+def phase_busy_ms(
+    trace_file: Path, device: bool = True, events: list[dict[str, Any]] | None = None
+) -> dict[str, float]:
     """Busy ms of :func:`_trace_events` per phase: the ``PHASE_PREFIX`` range
     (a ``record_function`` on the host) that was open when the event was
     issued, ``"other"`` when none was. A GPU event is matched to its launch
     (a CUDA runtime or driver call with the same correlation id) and the
     launch's time decides; a CPU op's own start time does. Each phase is
-    the union of its events' intervals."""
-    events = json.loads(trace_file.read_text()).get("traceEvents", [])
+    the union of its events' intervals (``events``: as for
+    :func:`_trace_events`)."""
+    if events is None:
+        events = _read_events(trace_file)
     ranges = sorted(
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"])
         for e in _complete(events, "user_annotation")
@@ -154,11 +164,16 @@ def phase_busy_ms(trace_file: Path, device: bool = True) -> dict[str, float]:
 
 
 def top_kernels(
-    trace_file: Path, steps: int, device: bool = True, top: int = 25
+    trace_file: Path,
+    steps: int,
+    device: bool = True,
+    top: int = 25,
+    events: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ``top`` event names by total duration: ms and calls per step."""
+    """The ``top`` event names by total duration: ms and calls per step
+    (``events``: as for :func:`_trace_events`)."""
     totals: dict[str, list[float]] = {}
-    for e in _trace_events(trace_file, device):
+    for e in _trace_events(trace_file, device, events):
         entry = totals.setdefault(str(e.get("name", "?"))[:160], [0.0, 0])
         entry[0] += float(e.get("dur", 0))
         entry[1] += 1
@@ -445,10 +460,11 @@ def offline_child(args: argparse.Namespace) -> None:
             trace = Path(tmp) / "trace.json"
             rec.profiler.export_chrome_trace(str(trace))
             device = rec.activity == "cuda"
-            busy, count = busy_ms(trace, device=device)
+            events = _read_events(trace)  # parsed once for the three below
+            busy, count = busy_ms(trace, device=device, events=events)
             steps = len(rec.profile_steps)
-            kernels = top_kernels(trace, steps, device=device)
-            phases = phase_busy_ms(trace, device=device)
+            kernels = top_kernels(trace, steps, device=device, events=events)
+            phases = phase_busy_ms(trace, device=device, events=events)
         wall = 1e3 * (rec.profile_end - rec.profile_start)
         result["profile"] = {
             "activity": rec.activity,

@@ -165,6 +165,7 @@ def plan_launch(
         # three 32-row shapes despite twice the MMA work (H200, Triton
         # 3.7.1, 2026-12-01 sweep).
         block_q *= 2
+        block_m = _tile_rows(block_q, group)
         block_n, num_warps, num_stages, asm = 64, 4, 3, True
         persistent = 2
     elif head_dim >= 128:
