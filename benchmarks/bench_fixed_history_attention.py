@@ -444,6 +444,48 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
     return results
 
 
+def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
+    """The experimental Gluon kernels (sm_90 only) at this shape: time and
+    difference from the default kernel's output, per variant."""
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    W = shape[3]
+    variants = [
+        ("wgmma, 2 programs/SM", dict(warp_specialized=False)),
+        ("wgmma, 1 program/SM", dict(warp_specialized=False, programs_per_sm=1)),
+        ("warp-specialized, 2/SM", dict(warp_specialized=True)),
+        ("warp-specialized, 1/SM", dict(warp_specialized=True, programs_per_sm=1)),
+        (
+            "warp-specialized, 1/SM, 168 regs",
+            dict(
+                warp_specialized=True, programs_per_sm=1, maxnreg=168, worker_regs=152
+            ),
+        ),
+    ]
+    for name, kwargs in variants:
+        out = torch.full_like(q, float("nan"))
+        fn = functools.partial(
+            fixed_history_attention_wgmma,
+            *(q, k, v, bt, ctx, qsl, W, scale, out),
+            **scales,
+            **kwargs,
+        )
+        try:
+            fn()
+            torch.cuda.synchronize()
+            t = bench(fn, rep=60)
+        except Exception as e:  # noqa: BLE001 (an experiment: report, go on)
+            print(f"    gluon {name}: failed ({type(e).__name__}: {e})", flush=True)
+            continue
+        print(
+            f"    gluon {t:9.1f} us, rel diff vs default plan "
+            f"{rel_err(out, want):.2e}: {name}",
+            flush=True,
+        )
+
+
 def run_shape(idx, shape, kv_dtype, bw, args):
     """Times one shape with one KV-cache dtype; returns its table row."""
     R, L, B, W, nH, nKV, D = shape
@@ -527,6 +569,9 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         )
         if res:
             best_sweep = res[0]
+
+    if args.gluon:
+        time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, ref_out)
 
     t_sdpa = float("nan")
     if not args.kernel_only:
@@ -650,6 +695,11 @@ def parse_args(argv=None):
         default=None,
         help="with --sweep: time only these changes to each default plan "
         '(repeatable), e.g. \'{"block_q": 16, "block_n": 64}\'',
+    )
+    ap.add_argument(
+        "--gluon",
+        action="store_true",
+        help="also time the experimental Gluon kernels (sm_90 GPUs only)",
     )
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The experimental Gluon kernels (``ops/fixed_history_gluon.py``).
+
+* On any machine: both kernels compile for sm_90 with the installed Triton
+  (no GPU needed), within the register file, with warpgroup MMAs, and the
+  warp-specialized one with its register reallocation.
+* With an sm_90 GPU (skipped otherwise): both against the float64 reference
+  (fp8 and bf16 caches, GQA 1 to 8, windows, empty requests, several query
+  passes, padding rows left untouched). Gluon does not run under Triton's
+  interpreter; the math is the Triton kernel's, whose interpreter tests
+  cover it on CPU (``tests/test_fixed_history_attention.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_fixed_history_attention import (
+    Case,
+    _assert_close,
+    _fresh_seed,
+    _make_inputs,
+    _reference_f64,
+)
+
+_STRIDES = [
+    "stride_q_t",
+    "stride_q_h",
+    "stride_k_blk",
+    "stride_k_slot",
+    "stride_k_head",
+    "stride_v_blk",
+    "stride_v_slot",
+    "stride_v_head",
+    "stride_o_t",
+    "stride_o_h",
+    "stride_bt",
+]
+
+
+def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=112):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from vllm_spark2_5_plugin.ops import fixed_history_codegen as codegen
+    from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+
+    kernel = getattr(gluon_ops, kernel_name)
+    signature = {
+        "q_ptr": "*bf16",
+        "k_ptr": f"*{kv_dtype}",
+        "v_ptr": f"*{kv_dtype}",
+        "out_ptr": "*bf16",
+        "block_table_ptr": "*i32",
+        "context_lens_ptr": "*i32",
+        "query_start_loc_ptr": "*i32",
+        "k_scale_ptr": "*fp32",
+        "v_scale_ptr": "*fp32",
+        "qk_scale": "fp32",
+        "window": "i32",
+        "num_reqs": "i32",
+        **{name: "i64" for name in _STRIDES},
+    }
+    constants = dict(
+        NUM_KV_HEADS=8,
+        GROUP=group,
+        BLOCK_Q=64 // group,
+        BLOCK_N=64,
+        HEAD_DIM=head_dim,
+        PAGE_SIZE=16,
+        HAS_WINDOW=True,
+        KV_FP8=kv_dtype == "fp8e4nv",
+        num_warps=4,
+    )
+    if kernel_name == "fixed_history_ws_kernel":
+        constants["WORKER_REGS"] = [worker_regs]
+    signature.update({name: "constexpr" for name in constants})
+    names = list(signature)
+    aligned = [n for n in names if signature[n].startswith("*")]
+    aligned += [s for s in _STRIDES if s != "stride_bt"]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    source = GluonASTSource(kernel, signature, constexprs=constants, attrs=attrs)
+    options = {"num_warps": 4}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return codegen._inspect(compiled.asm["cubin"], compiled.metadata.shared)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+@pytest.mark.parametrize("group", [4, 8])
+def test_wgmma_kernel_compiles_for_sm90(kv_dtype, group):
+    code = _compile("fixed_history_wgmma_kernel", kv_dtype, group, 128)
+    assert code.registers <= 255
+    assert code.count("HGMMA") > 0, code.instructions
+    if kv_dtype == "fp8e4nv":
+        assert code.count("F2FP.F16.E4M3.UNPACK_B") > 0
+    # 2 x (q, K/V double buffers) and the fp8 staging slots within one SM's
+    # 227 KiB.
+    assert code.shared_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype):
+    # 128 registers at launch, so that two programs fit on an SM; the
+    # loading warpgroup gives registers back to the multiplying one.
+    code = _compile("fixed_history_ws_kernel", kv_dtype, 4, 128, maxnreg=128)
+    assert code.registers <= 128
+    assert code.count("HGMMA") > 0
+    assert code.count("USETMAXREG") > 0, "no register reallocation"
+    import triton
+
+    if kv_dtype == "fp8e4nv" and triton.__version__.startswith("3.7"):
+        # Under vLLM 0.32.0's Triton; 3.9 spills a few bytes with these
+        # register counts.
+        assert code.stack_bytes == 0, "spills"
+
+
+# ---------------------------------------------------------------------------
+# sm_90 GPU
+# ---------------------------------------------------------------------------
+
+_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="needs an sm_90 (Hopper) GPU",
+)
+
+_CASES = {
+    # 8 queries x 4 heads per KV head (the benchmark's 32-row shapes)
+    "gqa4": Case([0, 37, 1000, 2600, 5, 4100], [8, 8, 8, 8, 8, 8], 512, 32, 8, 128, 16),
+    # uneven blocks, one empty request, more queries than BLOCK_Q (2 passes)
+    "uneven": Case([3000, 0, 777, 9, 40], [16, 7, 0, 1, 20], 1000, 32, 4, 128, 16),
+    "gqa8": Case([500, 64, 2048], [8, 3, 8], 256, 64, 8, 128, 16),
+    "mha": Case([300, 1], [8, 8], 128, 8, 8, 128, 16),
+    "full": Case([700, 65, 0], [5, 8, 2], None, 16, 4, 128, 16),
+    "d64": Case([900, 33], [8, 6], 300, 16, 4, 64, 16),
+    "hnd": Case([1200, 10], [8, 8], 512, 32, 8, 128, 16, "hnd"),
+}
+
+
+@pytest.mark.cuda
+@_sm90
+@pytest.mark.parametrize("warp_specialized", [False, True], ids=["wgmma", "ws"])
+@pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_gluon_kernel_matches_float64_reference(name, fp8, warp_specialized):
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    case = _CASES[name]
+    seed = _fresh_seed()
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case,
+        dtype=torch.bfloat16,
+        device="cuda",
+        seed=seed,
+        extra_rows=3,
+        fp8_scales=fp8,
+    )
+    scales = {}
+    if fp8 is not None:
+        scales = {
+            "k_scale": torch.tensor(fp8[0], dtype=torch.float32, device="cuda"),
+            "v_scale": torch.tensor(fp8[1], dtype=torch.float32, device="cuda"),
+        }
+    scale = case.head_dim**-0.5
+    out = torch.full_like(q, float("nan"))
+    fixed_history_attention_wgmma(
+        q,
+        k,
+        v,
+        bt,
+        ctx,
+        qsl,
+        case.window,
+        scale,
+        out,
+        **scales,
+        warp_specialized=warp_specialized,
+    )
+    torch.cuda.synchronize()
+    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
+    rows = sum(case.q_lens)
+    what = f"seed={seed} {name} fp8={fp8} ws={warp_specialized}"
+    _assert_close(out, ref, torch.bfloat16, rows, what)
+    assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
