@@ -23,19 +23,12 @@ from test_fixed_history_attention import (
     _reference_f64,
 )
 
-_STRIDES = [
-    "stride_q_t",
-    "stride_q_h",
-    "stride_k_blk",
-    "stride_k_slot",
-    "stride_k_head",
-    "stride_v_blk",
-    "stride_v_slot",
-    "stride_v_head",
-    "stride_o_t",
-    "stride_o_h",
-    "stride_bt",
-]
+
+def _strides():
+    """The kernels' stride arguments: the Triton kernel's but the unit ones."""
+    from vllm_spark2_5_plugin.ops import fixed_history_codegen as codegen
+
+    return [s for s in codegen._STRIDES if s not in codegen._UNIT_STRIDES]
 
 
 def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=112):
@@ -60,7 +53,7 @@ def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=1
         "qk_scale": "fp32",
         "window": "i32",
         "num_reqs": "i32",
-        **{name: "i64" for name in _STRIDES},
+        **{name: "i64" for name in _strides()},
     }
     constants = dict(
         NUM_KV_HEADS=8,
@@ -78,7 +71,7 @@ def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=1
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
     aligned = [n for n in names if signature[n].startswith("*")]
-    aligned += [s for s in _STRIDES if s != "stride_bt"]
+    aligned += [s for s in _strides() if s != "stride_bt"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = GluonASTSource(kernel, signature, constexprs=constants, attrs=attrs)
     options = {"num_warps": 4}

@@ -1,23 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention written in Gluon for Hopper (sm_90): explicit
-layouts and warpgroup MMAs. EXPERIMENTAL, not used by the launch policy.
+layouts, warpgroup MMAs and warp specialization. EXPERIMENTAL: not used by
+the launch policy, and not yet run on a GPU.
 
-Why: the Triton kernel (``fixed_history_kernel``) cannot reach the fp8 read
-floor. Its K/V conversion sits in each warp's dependency chain between the
-load and the MMA, and Triton chooses where the converted tiles live. Here
-each step is placed by hand, for tiles of 64 query rows (``BLOCK_Q`` query
-slots x ``GROUP`` query heads) and one warpgroup per program:
+Why: the Triton kernel (``fixed_history_kernel``) stays at 2-2.4 times the
+fp8 read floor. Its K/V conversion sits in every warp's chain between the
+load and the MMA, and Triton decides where the converted tiles live and
+which warps do what. Both kernels here take tiles of 64 query rows
+(``BLOCK_Q`` query slots x ``GROUP`` query heads, the extra slots masked),
+64-key tiles, and a persistent grid over the (request, KV head) items, KV
+heads fastest, one key split (no partial results):
 
-* the K and V tiles of key tile t + 1 were loaded into registers one
-  iteration earlier (the page ids looked up per key); while the tensor cores
-  compute ``S = Q K_t^T`` asynchronously, the warps convert tile t + 1 (fp8
-  -> q's dtype) and store it into the other half of a double buffer in
-  shared memory, then issue the global loads of tile t + 2;
-* then the online softmax of S in registers, and ``O += P V_t`` with P from
-  registers and V_t from shared memory.
+* ``fixed_history_wgmma_kernel``: one warpgroup. While the tensor cores
+  compute ``S = Q K_t^T`` asynchronously, the warps start copying key tile
+  t + 2 into a staging slot (``cp.async``, page by page through the block
+  table) and convert tile t + 1 from that slot into the other half of a
+  double buffer in q's dtype; then the online softmax of S in registers, and
+  ``O += P V_t`` with P from registers.
+* ``fixed_history_ws_kernel``: a loading warpgroup (copy, convert, store
+  into a ring of ``NUM_BUF`` buffers) and a multiplying one (MMAs and
+  softmax), synchronized by mbarriers, so that the conversion runs beside
+  the MMAs and the softmax instead of between them.
 
-One split (no partial results); a persistent grid of ``programs`` programs
-walks the (request, KV head) items, KV heads fastest.
+Both write the normalized output directly; rows of q outside every request
+are left untouched.
 """
 
 from __future__ import annotations
@@ -41,6 +47,52 @@ _LOG2E = 1.4426950408889634
 _async_load = getattr(async_copy, "async_load", None)
 if _async_load is None:
     _async_load = async_copy.async_copy_global_to_shared
+
+
+@gluon.jit
+def _item_range(
+    item,
+    context_lens_ptr,
+    query_start_loc_ptr,
+    window,
+    HAS_WINDOW: gl.constexpr,
+    NUM_KV_HEADS: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """Request, KV head, first query row, query count, key range
+    ``lo .. hi - 1`` (the window's last keys and the draft block) and key
+    tiles of an item."""
+    kv_head = item % NUM_KV_HEADS
+    req = item // NUM_KV_HEADS
+    q_first = gl.load(query_start_loc_ptr + req)
+    num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
+    ctx_len = gl.load(context_lens_ptr + req)
+    hi = ctx_len + num_q
+    lo = 0
+    if HAS_WINDOW:
+        lo = gl.maximum(ctx_len - window, 0)
+    return req, kv_head, q_first, num_q, lo, hi, gl.cdiv(hi - lo, BLOCK_N)
+
+
+@gluon.jit
+def _kv_rows(
+    req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt, stride_k_head,
+    stride_v_head,
+):  # fmt: skip
+    """The request's block-table row and the KV head's K and V bases."""
+    bt_row = block_table_ptr + req.to(gl.int64) * stride_bt
+    k_head = k_ptr + kv_head.to(gl.int64) * stride_k_head
+    v_head = v_ptr + kv_head.to(gl.int64) * stride_v_head
+    return bt_row, k_head, v_head
+
+
+@gluon.jit
+def _score_scale(qk_scale, k_scale_ptr, KV_FP8: gl.constexpr):
+    """The factor of ``q . k`` in the softmax exponent (base 2)."""
+    if KV_FP8:
+        return qk_scale * gl.load(k_scale_ptr)
+    else:
+        return qk_scale
 
 
 @gluon.jit
@@ -73,230 +125,487 @@ def _copy_kv_tile(
 
 
 @gluon.jit
-def _to_mma_dtype(tile, dtype: gl.constexpr, KV_FP8: gl.constexpr):
-    """A K/V register tile in q's dtype: e4m3 through float16 (exact)."""
+def _copy_kv_tiles(
+    k_slot, v_slot, k_head, v_head, bt_row, start, hi,
+    stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
+    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+    layout: gl.constexpr,
+):  # fmt: skip
+    """The K and V copies of one key tile, as one commit group."""
+    _copy_kv_tile(
+        k_slot, k_head, bt_row, start, hi, stride_k_blk, stride_k_slot,
+        PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+    )  # fmt: skip
+    _copy_kv_tile(
+        v_slot, v_head, bt_row, start, hi, stride_v_blk, stride_v_slot,
+        PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+    )  # fmt: skip
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _convert_tiles(
+    k_slot, v_slot, k_dst, v_dst, layout: gl.constexpr, KV_FP8: gl.constexpr
+):
+    """A staged K/V tile into MMA buffers in q's dtype: e4m3 through float16
+    (exact). The caller has waited for the copies."""
+    dtype: gl.constexpr = k_dst.dtype
+    k_tile = k_slot.load(layout)
+    v_tile = v_slot.load(layout)
     if KV_FP8:
-        return tile.to(gl.float16).to(dtype)
-    else:
-        return tile
+        k_tile = k_tile.to(gl.float16).to(dtype)
+        v_tile = v_tile.to(gl.float16).to(dtype)
+    k_dst.store(k_tile)
+    v_dst.store(v_tile)
+
+
+@gluon.constexpr_function
+def _kv_layout(head_dim, kv_fp8, num_warps):
+    """16-byte pieces of K/V rows, a warp's threads along the head dim."""
+    vec = 16 if kv_fp8 else 8
+    tpw_d = head_dim // vec
+    return gl.BlockedLayout([1, vec], [32 // tpw_d, tpw_d], [num_warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _mma_layout(n, num_warps):
+    """The accumulator layout of a warpgroup MMA with ``n`` output columns."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16]
+    )
+
+
+@gluon.jit
+def _row_ptrs(
+    base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
+    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+    layout: gl.constexpr,
+):  # fmt: skip
+    """Pointers to a tile's rows of a ``[T, nH, D]`` tensor (row r: query
+    ``q_base + r // GROUP`` of the request, head ``r % GROUP`` of the KV
+    head's group) and the mask of the rows that exist."""
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    q_idx = q_base + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    tok = (q_first + q_idx).to(gl.int64)
+    ptrs = (
+        base
+        + gl.expand_dims(tok * stride_t + head * stride_h, 1)
+        + gl.expand_dims(offs_d, 0)
+    )
+    mask = gl.expand_dims(q_idx < num_q, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
+    return ptrs, mask
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, acc, key_start, hi, score_scale, dtype: gl.constexpr):
+    """One online-softmax update (base 2) with the scores ``s`` of keys
+    ``key_start ..``: the new row maxima and sums, ``acc`` rescaled, and the
+    weights P as the A operand of ``P V``. Every tile holds a valid key."""
+    s_layout: gl.constexpr = s.type.layout
+    o_layout: gl.constexpr = acc.type.layout
+    offs_n = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s_layout))
+    s = s * score_scale
+    s = gl.where(gl.expand_dims(key_start + offs_n < hi, 0), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - gl.expand_dims(m_new, 1))
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=2
+    )
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    return p_op, m_new, l_i, acc
+
+
+@gluon.jit
+def _store_output(
+    out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
+    stride_o_t, stride_o_h, GROUP: gl.constexpr, KV_FP8: gl.constexpr,
+):  # fmt: skip
+    """``acc / l`` (times ``v_scale`` for fp8) into the tile's output rows."""
+    o_layout: gl.constexpr = acc.type.layout
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    result = acc / gl.expand_dims(l_o, 1)
+    if KV_FP8:
+        result = result * gl.load(v_scale_ptr)
+    ptrs, mask = _row_ptrs(
+        out_ptr, q_first, q_base, num_q, kv_head, stride_o_t, stride_o_h,
+        GROUP, acc.shape[0], acc.shape[1], o_layout,
+    )  # fmt: skip
+    gl.store(ptrs, result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _load_q(
+    q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
+    GROUP: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """A tile of q into shared memory, visible to the MMAs of every warp.
+    The caller's previous MMAs on ``q_smem`` have completed."""
+    HEAD_DIM: gl.constexpr = q_smem.shape[1]
+    layout: gl.constexpr = _kv_layout(HEAD_DIM, False, num_warps)
+    ptrs, mask = _row_ptrs(
+        q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
+        GROUP, q_smem.shape[0], HEAD_DIM, layout,
+    )  # fmt: skip
+    q = gl.load(ptrs, mask=mask, other=0.0)
+    gl.barrier()  # every warp is past its MMAs on the previous tile of q
+    q_smem.store(q)
+    fence_async_shared()
+    gl.barrier()
+
+
+@gluon.jit
+def _issue_scores(q_smem, k_buf, num_warps: gl.constexpr):
+    """Start ``S = Q K^T`` on the tensor cores for one key tile."""
+    BLOCK_N: gl.constexpr = k_buf.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
+    return warpgroup_mma(
+        q_smem,
+        k_buf.permute((1, 0)),
+        gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+        use_acc=False,
+        is_async=True,
+    )
+
+
+@gluon.jit
+def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, hi, score_scale):
+    """Wait for the scores, update the softmax and run ``O += P V``; returns
+    once the MMAs are done with the tile's buffers."""
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    p_op, m_i, l_i, acc = _softmax_step(
+        s, m_i, l_i, acc, key_start, hi, score_scale, v_buf.dtype
+    )
+    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _softmax_init(
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Row maxima, row sums and the output accumulator before the first tile."""
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
+    o_layout: gl.constexpr = _mma_layout(HEAD_DIM, num_warps)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    return m_i, l_i, acc
+
+
+@gluon.constexpr_function
+def _tile_smem(shape, dtype):
+    return gl.NVMMASharedLayout.get_default_for(shape, dtype)
 
 
 @gluon.jit
 def fixed_history_wgmma_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    out_ptr,
-    block_table_ptr,
-    context_lens_ptr,
-    query_start_loc_ptr,
-    k_scale_ptr,
-    v_scale_ptr,
-    qk_scale,
-    window,
-    num_reqs,
-    stride_q_t,
-    stride_q_h,
-    stride_k_blk,
-    stride_k_slot,
-    stride_k_head,
-    stride_v_blk,
-    stride_v_slot,
-    stride_v_head,
-    stride_o_t,
-    stride_o_h,
+    q_ptr, k_ptr, v_ptr, out_ptr, block_table_ptr, context_lens_ptr,
+    query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+    stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
     stride_bt,
-    NUM_KV_HEADS: gl.constexpr,
-    GROUP: gl.constexpr,
-    BLOCK_Q: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr,
-    PAGE_SIZE: gl.constexpr,
-    HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr,
-    num_warps: gl.constexpr,
-):
+    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """One warpgroup per program; see the module docstring."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    # Register layouts: the two MMAs' accumulators, P as the A operand of the
-    # second, and 16-byte vector loads of K/V and q rows.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16]
+    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, num_warps)
+    q_smem = gl.allocate_shared_memory(
+        dtype, [BLOCK_M, HEAD_DIM], _tile_smem([BLOCK_M, HEAD_DIM], dtype)
     )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, 16]
-    )
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=2
-    )
-    KV_VEC: gl.constexpr = 16 if KV_FP8 else 8
-    KV_TPW_D: gl.constexpr = HEAD_DIM // KV_VEC
-    kv_layout: gl.constexpr = gl.BlockedLayout(
-        [1, KV_VEC], [32 // KV_TPW_D, KV_TPW_D], [num_warps, 1], [1, 0]
-    )
-    Q_TPW_D: gl.constexpr = HEAD_DIM // 8
-    q_layout: gl.constexpr = gl.BlockedLayout(
-        [1, 8], [32 // Q_TPW_D, Q_TPW_D], [num_warps, 1], [1, 0]
-    )
-    tile_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_N, HEAD_DIM], dtype
-    )
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_M, HEAD_DIM], dtype
-    )
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
+    tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
     k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], tile_smem)
     v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], tile_smem)
-    # The tiles as loaded (fp8), two slots each, before conversion.
+    # The tiles as loaded, two staging slots each, before conversion.
     raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
     v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-
-    score_scale = qk_scale
-    if KV_FP8:
-        score_scale = qk_scale * gl.load(k_scale_ptr)
-
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_layout))
-    offs_dq = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
-    rows_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-    offs_do = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    offs_ns = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    score_scale = _score_scale(qk_scale, k_scale_ptr, KV_FP8)
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head = item % NUM_KV_HEADS
-        req = item // NUM_KV_HEADS
-        q_first = gl.load(query_start_loc_ptr + req)
-        num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
-        ctx_len = gl.load(context_lens_ptr + req)
-        hi = ctx_len + num_q
-        lo = 0
-        if HAS_WINDOW:
-            lo = gl.maximum(ctx_len - window, 0)
-        n_tiles = gl.cdiv(hi - lo, BLOCK_N)
-        bt_row = block_table_ptr + req.to(gl.int64) * stride_bt
-        k_head = k_ptr + kv_head.to(gl.int64) * stride_k_head
-        v_head = v_ptr + kv_head.to(gl.int64) * stride_v_head
-
+        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N,
+        )  # fmt: skip
+        bt_row, k_head, v_head = _kv_rows(
+            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
+            stride_k_head, stride_v_head,
+        )  # fmt: skip
         for q_base in range(0, num_q, BLOCK_Q):
-            q_idx = q_base + rows // GROUP
-            head = kv_head * GROUP + rows % GROUP
-            tok = (q_first + q_idx).to(gl.int64)
-            q_ptrs = (
-                q_ptr
-                + gl.expand_dims(tok * stride_q_t + head * stride_q_h, 1)
-                + gl.expand_dims(offs_dq, 0)
-            )
-            q_mask = gl.expand_dims(q_idx < num_q, 1) & gl.expand_dims(
-                offs_dq < HEAD_DIM, 0
-            )
-            q = gl.load(q_ptrs, mask=q_mask, other=0.0)
-            # The previous pass's MMAs have completed (waited for below);
-            # every warp must be past them before the buffers are rewritten.
-            gl.barrier()
-            q_smem.store(q)
-
-            # Copies of key tiles 0 and 1 in flight; tile 0 converted into
-            # buffer 0.
-            _copy_kv_tile(
-                k_raw.index(0), k_head, bt_row, lo, hi, stride_k_blk,
-                stride_k_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+            _load_q(
+                q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
+                stride_q_h, GROUP, num_warps,
             )  # fmt: skip
-            _copy_kv_tile(
-                v_raw.index(0), v_head, bt_row, lo, hi, stride_v_blk,
-                stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            async_copy.commit_group()
-            _copy_kv_tile(
-                k_raw.index(1), k_head, bt_row, lo + BLOCK_N, hi, stride_k_blk,
-                stride_k_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            _copy_kv_tile(
-                v_raw.index(1), v_head, bt_row, lo + BLOCK_N, hi, stride_v_blk,
-                stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            async_copy.commit_group()
-            async_copy.wait_group(1)
-            k_tile = k_raw.index(0).load(kv_layout)
-            v_tile = v_raw.index(0).load(kv_layout)
-            k_smem.index(0).store(_to_mma_dtype(k_tile, dtype, KV_FP8))
-            v_smem.index(0).store(_to_mma_dtype(v_tile, dtype, KV_FP8))
-            fence_async_shared()
-            gl.barrier()
-
-            m_i = gl.full(
-                [BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)
-            )
-            l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-            acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
-            for t in range(0, n_tiles):
-                buf = t % 2
-                start = lo + t * BLOCK_N
-                s = warpgroup_mma(
-                    q_smem,
-                    k_smem.index(buf).permute((1, 0)),
-                    gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-                    use_acc=False,
-                    is_async=True,
-                )
-                # While the tensor cores work: the copy of tile t + 2 into
-                # tile t's slot (read back in the previous iteration), then
-                # tile t + 1 converted into the other buffer (its last
-                # readers, tile t - 1's MMAs, have completed).
-                _copy_kv_tile(
-                    k_raw.index(buf), k_head, bt_row, start + 2 * BLOCK_N, hi,
-                    stride_k_blk, stride_k_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-                _copy_kv_tile(
-                    v_raw.index(buf), v_head, bt_row, start + 2 * BLOCK_N, hi,
+            # Tiles 0 and 1 staged; tile 0 converted into buffer 0.
+            for i in gl.static_range(2):
+                _copy_kv_tiles(
+                    k_raw.index(i), v_raw.index(i), k_head, v_head, bt_row,
+                    lo + i * BLOCK_N, hi, stride_k_blk, stride_k_slot,
                     stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                     kv_layout,
                 )  # fmt: skip
-                async_copy.commit_group()
+            async_copy.wait_group(1)
+            _convert_tiles(
+                k_raw.index(0), v_raw.index(0), k_smem.index(0),
+                v_smem.index(0), kv_layout, KV_FP8,
+            )  # fmt: skip
+            fence_async_shared()
+            gl.barrier()
+            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, num_warps)
+            for t in range(0, n_tiles):
+                buf = t % 2
+                start = lo + t * BLOCK_N
+                s = _issue_scores(q_smem, k_smem.index(buf), num_warps)
+                # While the tensor cores work: stage tile t + 2 in tile t's
+                # slot (read back in the previous iteration), then convert
+                # tile t + 1 into the other buffer (whose last readers, tile
+                # t - 1's MMAs, have completed).
+                _copy_kv_tiles(
+                    k_raw.index(buf), v_raw.index(buf), k_head, v_head, bt_row,
+                    start + 2 * BLOCK_N, hi, stride_k_blk, stride_k_slot,
+                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                    kv_layout,
+                )  # fmt: skip
                 async_copy.wait_group(1)
-                k_tile = k_raw.index(1 - buf).load(kv_layout)
-                v_tile = v_raw.index(1 - buf).load(kv_layout)
-                k_smem.index(1 - buf).store(_to_mma_dtype(k_tile, dtype, KV_FP8))
-                v_smem.index(1 - buf).store(_to_mma_dtype(v_tile, dtype, KV_FP8))
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-
-                # Online softmax in base 2; every tile holds a valid key.
-                s = s * score_scale
-                key_ok = gl.expand_dims(start + offs_ns < hi, 0)
-                s = gl.where(key_ok, s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, axis=1))
-                alpha = gl.exp2(m_i - m_new)
-                p = gl.exp2(s - gl.expand_dims(m_new, 1))
-                l_i = l_i * alpha + gl.sum(p, axis=1)
-                m_i = m_new
-                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-                acc = acc * gl.expand_dims(alpha_o, 1)
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                # The stores into the other buffer become visible to the
-                # next iteration's MMAs (async proxy), for every warp.
+                _convert_tiles(
+                    k_raw.index(1 - buf), v_raw.index(1 - buf),
+                    k_smem.index(1 - buf), v_smem.index(1 - buf), kv_layout,
+                    KV_FP8,
+                )  # fmt: skip
+                m_i, l_i, acc = _finish_tile(
+                    s, v_smem.index(buf), m_i, l_i, acc, start, hi, score_scale
+                )
+                # The converted tile becomes visible to the next MMAs (async
+                # proxy), from every warp.
                 fence_async_shared()
                 gl.barrier()
+            # The copies staged past the last tile land before the slots
+            # are reused.
+            async_copy.wait_group(0)
+            _store_output(
+                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
+                stride_o_t, stride_o_h, GROUP, KV_FP8,
+            )  # fmt: skip
 
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-            result = acc / gl.expand_dims(l_o, 1)
-            if KV_FP8:
-                result = result * gl.load(v_scale_ptr)
-            q_idx_o = q_base + rows_o // GROUP
-            head_o = kv_head * GROUP + rows_o % GROUP
-            tok_o = (q_first + q_idx_o).to(gl.int64)
-            o_ptrs = (
-                out_ptr
-                + gl.expand_dims(tok_o * stride_o_t + head_o * stride_o_h, 1)
-                + gl.expand_dims(offs_do, 0)
-            )
-            o_mask = gl.expand_dims(q_idx_o < num_q, 1) & gl.expand_dims(
-                offs_do < HEAD_DIM, 0
-            )
-            gl.store(o_ptrs, result.to(dtype), mask=o_mask)
+
+@gluon.jit
+def _ws_load_partition(
+    k_raw, v_raw, k_smem, v_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
+):  # fmt: skip
+    """The loading warpgroup: every key tile of every item and query pass, in
+    the multiplying warpgroup's order, staged one tile ahead, converted and
+    stored into ring buffer ``it % NUM_BUF`` once that buffer is free."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
+    it = 0
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N,
+        )  # fmt: skip
+        bt_row, k_head, v_head = _kv_rows(
+            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
+            stride_k_head, stride_v_head,
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            _copy_kv_tiles(
+                k_raw.index(0), v_raw.index(0), k_head, v_head, bt_row, lo, hi,
+                stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
+                PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+            )  # fmt: skip
+            for t in range(0, n_tiles):
+                slot = t % 2
+                _copy_kv_tiles(
+                    k_raw.index(1 - slot), v_raw.index(1 - slot), k_head,
+                    v_head, bt_row, lo + (t + 1) * BLOCK_N, hi, stride_k_blk,
+                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
+                )  # fmt: skip
+                async_copy.wait_group(1)
+                buf = it % NUM_BUF
+                # Free once the MMAs on its previous tile completed (in the
+                # first round parity 1, which precedes a new barrier's phase).
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                _convert_tiles(
+                    k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
+                    v_smem.index(buf), kv_layout, KV_FP8,
+                )  # fmt: skip
+                fence_async_shared()
+                mbarrier.arrive(ready.index(buf), count=1)
+                it += 1
+            # The copy staged past the last tile lands before slot 0 is
+            # reused.
+            async_copy.wait_group(0)
+
+
+@gluon.jit
+def _ws_mma_partition(
+    q_smem, k_smem, v_smem, ready, empty,
+    q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
+    v_scale_ptr, qk_scale, window, num_reqs,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
+):  # fmt: skip
+    """The multiplying warpgroup: q into shared memory, then per key tile the
+    MMAs and the softmax, releasing each ring buffer once its MMAs have
+    completed; the normalized output at the end of each pass."""
+    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
+    score_scale = _score_scale(qk_scale, k_scale_ptr, KV_FP8)
+    it = 0
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        _, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N,
+        )  # fmt: skip
+        for q_base in range(0, num_q, BLOCK_Q):
+            _load_q(
+                q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
+                stride_q_h, GROUP, 4,
+            )  # fmt: skip
+            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, 4)
+            for t in range(0, n_tiles):
+                buf = it % NUM_BUF
+                mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
+                s = _issue_scores(q_smem, k_smem.index(buf), 4)
+                m_i, l_i, acc = _finish_tile(
+                    s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N, hi,
+                    score_scale,
+                )  # fmt: skip
+                mbarrier.arrive(empty.index(buf), count=1)
+                it += 1
+            _store_output(
+                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
+                stride_o_t, stride_o_h, GROUP, KV_FP8,
+            )  # fmt: skip
+
+
+@gluon.jit
+def fixed_history_ws_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, block_table_ptr, context_lens_ptr,
+    query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+    stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
+    stride_bt,
+    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, WORKER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    """The same computation as ``fixed_history_wgmma_kernel``, with the
+    loading and converting in a second warpgroup (``gl.warp_specialize``)
+    that runs up to ``NUM_BUF`` tiles ahead of the multiplying one."""
+    NUM_BUF: gl.constexpr = 2
+    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
+    tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
+    q_smem_layout: gl.constexpr = _tile_smem([BLOCK_M, HEAD_DIM], dtype)
+    raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
+    v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (
+                _ws_mma_partition,
+                (
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    ready,
+                    empty,
+                    q_ptr,
+                    out_ptr,
+                    context_lens_ptr,
+                    query_start_loc_ptr,
+                    k_scale_ptr,
+                    v_scale_ptr,
+                    qk_scale,
+                    window,
+                    num_reqs,
+                    stride_q_t,
+                    stride_q_h,
+                    stride_o_t,
+                    stride_o_h,
+                    NUM_KV_HEADS,
+                    GROUP,
+                    BLOCK_Q,
+                    BLOCK_N,
+                    HEAD_DIM,
+                    HAS_WINDOW,
+                    KV_FP8,
+                    NUM_BUF,
+                ),
+            ),
+            (
+                _ws_load_partition,
+                (
+                    k_raw,
+                    v_raw,
+                    k_smem,
+                    v_smem,
+                    ready,
+                    empty,
+                    k_ptr,
+                    v_ptr,
+                    block_table_ptr,
+                    context_lens_ptr,
+                    query_start_loc_ptr,
+                    window,
+                    num_reqs,
+                    stride_k_blk,
+                    stride_k_slot,
+                    stride_k_head,
+                    stride_v_blk,
+                    stride_v_slot,
+                    stride_v_head,
+                    stride_bt,
+                    NUM_KV_HEADS,
+                    BLOCK_Q,
+                    BLOCK_N,
+                    HEAD_DIM,
+                    PAGE_SIZE,
+                    HAS_WINDOW,
+                    KV_FP8,
+                    NUM_BUF,
+                ),
+            ),
+        ],
+        [4],
+        WORKER_REGS,
+    )
 
 
 def kernel_arguments(
@@ -428,327 +737,6 @@ def fixed_history_attention_wgmma(
     else:
         fixed_history_wgmma_kernel[grid](*args, **constants, num_warps=4)
     return out
-
-
-# ---------------------------------------------------------------------------
-# Warp-specialized variant: 4 warps load and convert, 4 warps multiply.
-# ---------------------------------------------------------------------------
-
-
-@gluon.jit
-def _item_range(
-    item,
-    context_lens_ptr,
-    query_start_loc_ptr,
-    window,
-    HAS_WINDOW: gl.constexpr,
-    NUM_KV_HEADS: gl.constexpr,
-):
-    """(request, KV head, first query row, query count, key range lo..hi) of
-    an item."""
-    kv_head = item % NUM_KV_HEADS
-    req = item // NUM_KV_HEADS
-    q_first = gl.load(query_start_loc_ptr + req)
-    num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
-    ctx_len = gl.load(context_lens_ptr + req)
-    hi = ctx_len + num_q
-    lo = 0
-    if HAS_WINDOW:
-        lo = gl.maximum(ctx_len - window, 0)
-    return req, kv_head, q_first, num_q, lo, hi
-
-
-@gluon.jit
-def _ws_load_partition(
-    k_raw, v_raw, k_smem, v_smem, ready, empty,
-    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
-    window, num_reqs,
-    stride_k_blk, stride_k_slot, stride_k_head,
-    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
-    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
-):  # fmt: skip
-    """The producer: for every key tile of every item and query pass, in the
-    consumer's order, copy the tile (fp8 or 16-bit) into a staging slot one
-    tile ahead, convert it to q's dtype and store it into ring buffer
-    ``it % NUM_BUF`` once the consumer has released it."""
-    dtype: gl.constexpr = k_smem.dtype
-    KV_VEC: gl.constexpr = 16 if KV_FP8 else 8
-    KV_TPW_D: gl.constexpr = HEAD_DIM // KV_VEC
-    kv_layout: gl.constexpr = gl.BlockedLayout(
-        [1, KV_VEC], [32 // KV_TPW_D, KV_TPW_D], [4, 1], [1, 0]
-    )
-    it = 0
-    num_items = num_reqs * NUM_KV_HEADS
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, hi = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS,
-        )  # fmt: skip
-        n_tiles = gl.cdiv(hi - lo, BLOCK_N)
-        bt_row = block_table_ptr + req.to(gl.int64) * stride_bt
-        k_head = k_ptr + kv_head.to(gl.int64) * stride_k_head
-        v_head = v_ptr + kv_head.to(gl.int64) * stride_v_head
-        for _pass in range(0, num_q, BLOCK_Q):
-            _copy_kv_tile(
-                k_raw.index(0), k_head, bt_row, lo, hi, stride_k_blk,
-                stride_k_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            _copy_kv_tile(
-                v_raw.index(0), v_head, bt_row, lo, hi, stride_v_blk,
-                stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            async_copy.commit_group()
-            for t in range(0, n_tiles):
-                slot = t % 2
-                start = lo + t * BLOCK_N
-                # Tile t + 1 into the other slot (zeros past the range).
-                _copy_kv_tile(
-                    k_raw.index(1 - slot), k_head, bt_row, start + BLOCK_N, hi,
-                    stride_k_blk, stride_k_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-                _copy_kv_tile(
-                    v_raw.index(1 - slot), v_head, bt_row, start + BLOCK_N, hi,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-                async_copy.commit_group()
-                async_copy.wait_group(1)
-                k_tile = _to_mma_dtype(k_raw.index(slot).load(kv_layout), dtype, KV_FP8)
-                v_tile = _to_mma_dtype(v_raw.index(slot).load(kv_layout), dtype, KV_FP8)
-                buf = it % NUM_BUF
-                # Free once the consumer's MMAs on its last tile completed
-                # (the first round passes: parity 1 precedes a new barrier).
-                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
-                k_smem.index(buf).store(k_tile)
-                v_smem.index(buf).store(v_tile)
-                fence_async_shared()
-                mbarrier.arrive(ready.index(buf), count=1)
-                it += 1
-            # The copy past the last tile must land before slot 0 is reused.
-            async_copy.wait_group(0)
-
-
-@gluon.jit
-def _ws_mma_partition(
-    q_smem, k_smem, v_smem, ready, empty,
-    q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
-    v_scale_ptr, qk_scale, window, num_reqs,
-    stride_q_t, stride_q_h, stride_o_t, stride_o_h,
-    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
-    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
-):  # fmt: skip
-    """The consumer (one warpgroup): q into shared memory, then per key tile
-    ``S = Q K^T``, the online softmax and ``O += P V``, releasing each ring
-    buffer when its MMAs have completed; the normalized output at the end."""
-    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
-    )
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=2
-    )
-    Q_TPW_D: gl.constexpr = HEAD_DIM // 8
-    q_layout: gl.constexpr = gl.BlockedLayout(
-        [1, 8], [32 // Q_TPW_D, Q_TPW_D], [4, 1], [1, 0]
-    )
-    score_scale = qk_scale
-    if KV_FP8:
-        score_scale = qk_scale * gl.load(k_scale_ptr)
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_layout))
-    offs_dq = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
-    rows_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-    offs_do = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    offs_ns = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    it = 0
-    num_items = num_reqs * NUM_KV_HEADS
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, hi = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS,
-        )  # fmt: skip
-        n_tiles = gl.cdiv(hi - lo, BLOCK_N)
-        for q_base in range(0, num_q, BLOCK_Q):
-            q_idx = q_base + rows // GROUP
-            head = kv_head * GROUP + rows % GROUP
-            tok = (q_first + q_idx).to(gl.int64)
-            q_ptrs = (
-                q_ptr
-                + gl.expand_dims(tok * stride_q_t + head * stride_q_h, 1)
-                + gl.expand_dims(offs_dq, 0)
-            )
-            q_mask = gl.expand_dims(q_idx < num_q, 1) & gl.expand_dims(
-                offs_dq < HEAD_DIM, 0
-            )
-            q = gl.load(q_ptrs, mask=q_mask, other=0.0)
-            gl.barrier()  # the previous pass's MMAs are done with q_smem
-            q_smem.store(q)
-            fence_async_shared()
-            gl.barrier()
-
-            m_i = gl.full(
-                [BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout)
-            )
-            l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-            acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
-            for t in range(0, n_tiles):
-                buf = it % NUM_BUF
-                mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
-                s = warpgroup_mma(
-                    q_smem,
-                    k_smem.index(buf).permute((1, 0)),
-                    gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-                    use_acc=False,
-                    is_async=True,
-                )
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                s = s * score_scale
-                key_ok = gl.expand_dims(lo + t * BLOCK_N + offs_ns < hi, 0)
-                s = gl.where(key_ok, s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, axis=1))
-                alpha = gl.exp2(m_i - m_new)
-                p = gl.exp2(s - gl.expand_dims(m_new, 1))
-                l_i = l_i * alpha + gl.sum(p, axis=1)
-                m_i = m_new
-                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-                acc = acc * gl.expand_dims(alpha_o, 1)
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                mbarrier.arrive(empty.index(buf), count=1)
-                it += 1
-
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-            result = acc / gl.expand_dims(l_o, 1)
-            if KV_FP8:
-                result = result * gl.load(v_scale_ptr)
-            q_idx_o = q_base + rows_o // GROUP
-            head_o = kv_head * GROUP + rows_o % GROUP
-            tok_o = (q_first + q_idx_o).to(gl.int64)
-            o_ptrs = (
-                out_ptr
-                + gl.expand_dims(tok_o * stride_o_t + head_o * stride_o_h, 1)
-                + gl.expand_dims(offs_do, 0)
-            )
-            o_mask = gl.expand_dims(q_idx_o < num_q, 1) & gl.expand_dims(
-                offs_do < HEAD_DIM, 0
-            )
-            gl.store(o_ptrs, result.to(dtype), mask=o_mask)
-
-
-@gluon.jit
-def fixed_history_ws_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, block_table_ptr, context_lens_ptr,
-    query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
-    stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
-    stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
-    stride_bt,
-    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
-    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, WORKER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
-):  # fmt: skip
-    """The same computation as ``fixed_history_wgmma_kernel``, with the
-    loading and converting in a second warpgroup (``gl.warp_specialize``)
-    that runs up to ``NUM_BUF`` tiles ahead of the multiplying one."""
-    NUM_BUF: gl.constexpr = 2
-    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
-    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
-    tile_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_N, HEAD_DIM], dtype
-    )
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_M, HEAD_DIM], dtype
-    )
-    raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
-    k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    gl.warp_specialize(
-        [
-            (
-                _ws_mma_partition,
-                (
-                    q_smem,
-                    k_smem,
-                    v_smem,
-                    ready,
-                    empty,
-                    q_ptr,
-                    out_ptr,
-                    context_lens_ptr,
-                    query_start_loc_ptr,
-                    k_scale_ptr,
-                    v_scale_ptr,
-                    qk_scale,
-                    window,
-                    num_reqs,
-                    stride_q_t,
-                    stride_q_h,
-                    stride_o_t,
-                    stride_o_h,
-                    NUM_KV_HEADS,
-                    GROUP,
-                    BLOCK_Q,
-                    BLOCK_N,
-                    HEAD_DIM,
-                    HAS_WINDOW,
-                    KV_FP8,
-                    NUM_BUF,
-                ),
-            ),
-            (
-                _ws_load_partition,
-                (
-                    k_raw,
-                    v_raw,
-                    k_smem,
-                    v_smem,
-                    ready,
-                    empty,
-                    k_ptr,
-                    v_ptr,
-                    block_table_ptr,
-                    context_lens_ptr,
-                    query_start_loc_ptr,
-                    window,
-                    num_reqs,
-                    stride_k_blk,
-                    stride_k_slot,
-                    stride_k_head,
-                    stride_v_blk,
-                    stride_v_slot,
-                    stride_v_head,
-                    stride_bt,
-                    NUM_KV_HEADS,
-                    BLOCK_Q,
-                    BLOCK_N,
-                    HEAD_DIM,
-                    PAGE_SIZE,
-                    HAS_WINDOW,
-                    KV_FP8,
-                    NUM_BUF,
-                ),
-            ),
-        ],
-        [4],
-        WORKER_REGS,
-    )
 
 
 __all__ = [
