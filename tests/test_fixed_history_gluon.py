@@ -67,7 +67,7 @@ def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=1
         num_warps=4,
     )
     if kernel_name == "fixed_history_ws_kernel":
-        constants["WORKER_REGS"] = [worker_regs]
+        constants["WORKER_REGS"] = worker_regs
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
     aligned = [n for n in names if signature[n].startswith("*")]

@@ -604,7 +604,7 @@ def fixed_history_ws_kernel(
             ),
         ],
         [4],
-        WORKER_REGS,
+        [WORKER_REGS],
     )
 
 
@@ -730,7 +730,7 @@ def fixed_history_attention_wgmma(
         fixed_history_ws_kernel[grid](
             *args,
             **constants,
-            WORKER_REGS=[worker_regs],
+            WORKER_REGS=worker_regs,
             num_warps=4,
             maxnreg=maxnreg,
         )
