@@ -464,6 +464,11 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             ),
         ),
     ]
+    if scales:  # fp8: also float16 MMAs (K/V converted to float16 only)
+        variants += [
+            (f"{name}, float16 dots", dict(kwargs, f16_dots=True))
+            for name, kwargs in variants[:3]
+        ]
     for name, kwargs in variants:
         out = torch.full_like(q, float("nan"))
         fn = functools.partial(

@@ -31,7 +31,9 @@ def _strides():
     return [s for s in codegen._STRIDES if s not in codegen._UNIT_STRIDES]
 
 
-def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=112):
+def _compile(
+    kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=112, f16=False
+):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -64,6 +66,7 @@ def _compile(kernel_name, kv_dtype, group, head_dim, maxnreg=None, worker_regs=1
         PAGE_SIZE=16,
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
+        F16_DOTS=f16,
         num_warps=4,
     )
     if kernel_name == "fixed_history_ws_kernel":
@@ -94,11 +97,13 @@ def test_wgmma_kernel_compiles_for_sm90(kv_dtype, group):
     assert code.shared_bytes <= 227 * 1024
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
-def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype):
+@pytest.mark.parametrize(
+    "kv_dtype,f16", [("fp8e4nv", False), ("fp8e4nv", True), ("bf16", False)]
+)
+def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
     # 128 registers at launch, so that two programs fit on an SM; the
     # loading warpgroup gives registers back to the multiplying one.
-    code = _compile("fixed_history_ws_kernel", kv_dtype, 4, 128, maxnreg=128)
+    code = _compile("fixed_history_ws_kernel", kv_dtype, 4, 128, maxnreg=128, f16=f16)
     assert code.registers <= 128
     assert code.count("HGMMA") > 0
     assert code.count("USETMAXREG") > 0, "no register reallocation"
@@ -108,6 +113,11 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype):
         # Under vLLM 0.32.0's Triton; 3.9 spills a few bytes with these
         # register counts.
         assert code.stack_bytes == 0, "spills"
+    if f16:
+        # e4m3 -> float16 only: no step on to bf16 (through float32 as
+        # HADD2.F32 under Triton 3.7, F2F.BF16.F16 under 3.9).
+        assert code.count("F2FP.F16.E4M3.UNPACK_B") > 0
+        assert code.count("HADD2.F32") == code.count("F2F.BF16.F16") == 0
 
 
 # ---------------------------------------------------------------------------
@@ -135,9 +145,13 @@ _CASES = {
 @pytest.mark.cuda
 @_sm90
 @pytest.mark.parametrize("warp_specialized", [False, True], ids=["wgmma", "ws"])
-@pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
+@pytest.mark.parametrize(
+    "fp8,f16_dots",
+    [(None, False), ((0.02, 3.0), False), ((3.0, 0.02), True)],
+    ids=["bf16", "fp8", "fp8-f16-dots"],
+)
 @pytest.mark.parametrize("name", sorted(_CASES))
-def test_gluon_kernel_matches_float64_reference(name, fp8, warp_specialized):
+def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, warp_specialized):
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
@@ -172,10 +186,11 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, warp_specialized):
         out,
         **scales,
         warp_specialized=warp_specialized,
+        f16_dots=f16_dots,
     )
     torch.cuda.synchronize()
     ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
-    what = f"seed={seed} {name} fp8={fp8} ws={warp_specialized}"
+    what = f"seed={seed} {name} fp8={fp8} f16={f16_dots} ws={warp_specialized}"
     _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"

@@ -22,8 +22,11 @@ heads fastest, one key split (no partial results):
   softmax), synchronized by mbarriers, so that the conversion runs beside
   the MMAs and the softmax instead of between them.
 
-Both write the normalized output directly; rows of q outside every request
-are left untouched.
+With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
+softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
+the Triton kernel's ``LaunchPlan.fp8_f16_dot`` does; otherwise the MMAs take
+q's dtype. Both write the normalized output directly; rows of q outside
+every request are left untouched.
 """
 
 from __future__ import annotations
@@ -87,12 +90,22 @@ def _kv_rows(
 
 
 @gluon.jit
-def _score_scale(qk_scale, k_scale_ptr, KV_FP8: gl.constexpr):
-    """The factor of ``q . k`` in the softmax exponent (base 2)."""
-    if KV_FP8:
-        return qk_scale * gl.load(k_scale_ptr)
+def _scales(qk_scale, k_scale_ptr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr):
+    """The factor applied to q before the MMAs (``F16_DOTS``: the softmax
+    scale, so that q fits float16's range and precision where it matters)
+    and the factor of the scores in the softmax exponent (base 2)."""
+    if F16_DOTS:
+        return qk_scale, gl.load(k_scale_ptr)
+    elif KV_FP8:
+        return 1.0, qk_scale * gl.load(k_scale_ptr)
     else:
-        return qk_scale
+        return 1.0, qk_scale
+
+
+@gluon.constexpr_function
+def _mma_dtype(q_dtype, f16_dots):
+    """The MMAs' operand type: float16 for ``F16_DOTS``, else q's."""
+    return gl.float16 if f16_dots else q_dtype
 
 
 @gluon.jit
@@ -205,12 +218,15 @@ def _softmax_step(s, m_i, l_i, acc, key_start, hi, score_scale, dtype: gl.conste
     weights P as the A operand of ``P V``. Every tile holds a valid key."""
     s_layout: gl.constexpr = s.type.layout
     o_layout: gl.constexpr = acc.type.layout
-    offs_n = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s_layout))
-    s = s * score_scale
-    s = gl.where(gl.expand_dims(key_start + offs_n < hi, 0), s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    BLOCK_N: gl.constexpr = s.shape[1]
+    if key_start + BLOCK_N > hi:  # only the last tile has keys to mask
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where(gl.expand_dims(key_start + offs_n < hi, 0), s, float("-inf"))
+    # The maxima in the scaled domain (score_scale > 0), and the scale folded
+    # into the exponent's fused multiply-add.
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
     acc = acc * gl.expand_dims(alpha_o, 1)
@@ -242,10 +258,12 @@ def _store_output(
 @gluon.jit
 def _load_q(
     q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
-    GROUP: gl.constexpr, num_warps: gl.constexpr,
+    q_factor, GROUP: gl.constexpr, F16_DOTS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
-    """A tile of q into shared memory, visible to the MMAs of every warp.
-    The caller's previous MMAs on ``q_smem`` have completed."""
+    """A tile of q into shared memory, visible to the MMAs of every warp
+    (``F16_DOTS``: times ``q_factor``, rounded to float16 once). The
+    caller's previous MMAs on ``q_smem`` have completed."""
     HEAD_DIM: gl.constexpr = q_smem.shape[1]
     layout: gl.constexpr = _kv_layout(HEAD_DIM, False, num_warps)
     ptrs, mask = _row_ptrs(
@@ -253,6 +271,8 @@ def _load_q(
         GROUP, q_smem.shape[0], HEAD_DIM, layout,
     )  # fmt: skip
     q = gl.load(ptrs, mask=mask, other=0.0)
+    if F16_DOTS:
+        q = (q.to(gl.float32) * q_factor).to(gl.float16)
     gl.barrier()  # every warp is past its MMAs on the previous tile of q
     q_smem.store(q)
     fence_async_shared()
@@ -317,11 +337,12 @@ def fixed_history_wgmma_kernel(
     stride_bt,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, num_warps: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup per program; see the module docstring."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, num_warps)
     q_smem = gl.allocate_shared_memory(
@@ -334,7 +355,7 @@ def fixed_history_wgmma_kernel(
     raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
     v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    score_scale = _score_scale(qk_scale, k_scale_ptr, KV_FP8)
+    q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -349,7 +370,7 @@ def fixed_history_wgmma_kernel(
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                stride_q_h, GROUP, num_warps,
+                stride_q_h, q_factor, GROUP, F16_DOTS, num_warps,
             )  # fmt: skip
             # Tiles 0 and 1 staged; tile 0 converted into buffer 0.
             for i in gl.static_range(2):
@@ -468,13 +489,13 @@ def _ws_mma_partition(
     stride_q_t, stride_q_h, stride_o_t, stride_o_h,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
+    KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
 ):  # fmt: skip
     """The multiplying warpgroup: q into shared memory, then per key tile the
     MMAs and the softmax, releasing each ring buffer once its MMAs have
     completed; the normalized output at the end of each pass."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    score_scale = _score_scale(qk_scale, k_scale_ptr, KV_FP8)
+    q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -485,7 +506,7 @@ def _ws_mma_partition(
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                stride_q_h, GROUP, 4,
+                stride_q_h, q_factor, GROUP, F16_DOTS, 4,
             )  # fmt: skip
             m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, 4)
             for t in range(0, n_tiles):
@@ -513,15 +534,15 @@ def fixed_history_ws_kernel(
     stride_bt,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, WORKER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
+    WORKER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading and converting in a second warpgroup (``gl.warp_specialize``)
     that runs up to ``NUM_BUF`` tiles ahead of the multiplying one."""
     NUM_BUF: gl.constexpr = 2
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
     q_smem_layout: gl.constexpr = _tile_smem([BLOCK_M, HEAD_DIM], dtype)
@@ -566,6 +587,7 @@ def fixed_history_ws_kernel(
                     HEAD_DIM,
                     HAS_WINDOW,
                     KV_FP8,
+                    F16_DOTS,
                     NUM_BUF,
                 ),
             ),
@@ -622,6 +644,7 @@ def kernel_arguments(
     v_scale=None,
     *,
     block_q,
+    f16_dots=False,
 ):
     """Positional arguments and constants of one launch (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -663,6 +686,7 @@ def kernel_arguments(
         PAGE_SIZE=k_cache.shape[1],
         HAS_WINDOW=sliding_window is not None,
         KV_FP8=kv_fp8,
+        F16_DOTS=kv_fp8 and f16_dots,
     )
     return args, constants
 
@@ -684,6 +708,7 @@ def fixed_history_attention_wgmma(
     programs_per_sm=None,
     worker_regs=112,
     maxnreg=128,
+    f16_dots=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of 64 rows
     (``nH / nKV`` must divide 64). fp8 scales must be float32 device
@@ -695,7 +720,10 @@ def fixed_history_attention_wgmma(
     for the loading one and ``maxnreg`` for the program at launch) instead of
     ``fixed_history_wgmma_kernel``. ``programs_per_sm``: the persistent
     grid's programs per SM (default 2; the grid is never larger than the
-    number of (request, KV head) items)."""
+    number of (request, KV head) items). ``f16_dots`` (fp8 caches): float16
+    MMAs, with q times the softmax scale rounded to float16 and the K/V
+    tiles converted to float16 only (the Triton kernel's
+    ``LaunchPlan.fp8_f16_dot``)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -722,6 +750,7 @@ def fixed_history_attention_wgmma(
         k_scale,
         v_scale,
         block_q=64 // group,
+        f16_dots=f16_dots,
     )
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     per_sm = 2 if programs_per_sm is None else programs_per_sm
