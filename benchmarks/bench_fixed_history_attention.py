@@ -452,22 +452,27 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
     )
 
     W = shape[3]
+    ws = dict(warp_specialized=True)
+    big = dict(programs_per_sm=1, maxnreg=168, worker_regs=152)
     variants = [
         ("wgmma, 2 programs/SM", dict(warp_specialized=False)),
-        ("wgmma, 1 program/SM", dict(warp_specialized=False, programs_per_sm=1)),
-        ("warp-specialized, 2/SM", dict(warp_specialized=True)),
-        ("warp-specialized, 1/SM", dict(warp_specialized=True, programs_per_sm=1)),
+        ("warp-specialized, 64-key tiles, 2 staged, 2/SM", ws),
         (
-            "warp-specialized, 1/SM, 168 regs",
-            dict(
-                warp_specialized=True, programs_per_sm=1, maxnreg=168, worker_regs=152
-            ),
+            "warp-specialized, 32-key tiles, 6 staged, 2/SM",
+            dict(ws, block_n=32, raw_slots=6),
         ),
     ]
+    if scales:  # 4 staged bf16 tiles exceed the shared memory
+        variants.append(
+            (
+                "warp-specialized, 64-key tiles, 4 staged, ring 3, 1/SM",
+                dict(ws, raw_slots=4, ring=3, **big),
+            )
+        )
     if scales:  # fp8: also float16 MMAs (K/V converted to float16 only)
         variants += [
             (f"{name}, float16 dots", dict(kwargs, f16_dots=True))
-            for name, kwargs in variants[:3]
+            for name, kwargs in variants[1:]
         ]
     for name, kwargs in variants:
         out = torch.full_like(q, float("nan"))

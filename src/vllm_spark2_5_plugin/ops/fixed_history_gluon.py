@@ -109,12 +109,26 @@ def _mma_dtype(q_dtype, f16_dots):
 
 
 @gluon.jit
+def _tile_pages(
+    bt_row, start, hi, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+    layout: gl.constexpr,
+):  # fmt: skip
+    """The block-table entries of keys ``start .. start + BLOCK_N - 1`` (in
+    ``layout``'s rows; 0 at keys >= hi) and the mask of the keys < hi. K
+    and V share them; loaded a tile early, their latency stays off the copy's
+    path."""
+    pos = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    ok = pos < hi
+    return gl.load(bt_row + pos // PAGE_SIZE, mask=ok, other=0), ok
+
+
+@gluon.jit
 def _copy_kv_tile(
     slot,
     head_ptr,
-    bt_row,
+    page,
+    ok,
     start,
-    hi,
     stride_blk,
     stride_slot,
     PAGE_SIZE: gl.constexpr,
@@ -123,14 +137,12 @@ def _copy_kv_tile(
     layout: gl.constexpr,
 ):
     """Start copying keys ``start .. start + BLOCK_N - 1`` of one KV head into
-    the shared-memory ``slot`` (zeros at keys >= hi), page by page through
-    the block table. Each thread copies the 16-byte pieces of ``layout`` that
-    it later reads back, so waiting for its own copies is enough."""
+    the shared-memory ``slot`` (zeros where ``ok`` is false), through their
+    pages ``page``. Each thread copies the pieces of ``layout`` that it later
+    reads back, so waiting for its own copies is enough."""
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     pos = start + offs_n
-    ok = pos < hi
-    page = gl.load(bt_row + pos // PAGE_SIZE, mask=ok, other=0)
     row = page.to(gl.int64) * stride_blk + (pos % PAGE_SIZE) * stride_slot
     ptrs = head_ptr + gl.expand_dims(row, 1) + gl.expand_dims(offs_d, 0)
     mask = gl.expand_dims(ok, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
@@ -139,37 +151,41 @@ def _copy_kv_tile(
 
 @gluon.jit
 def _copy_kv_tiles(
-    k_slot, v_slot, k_head, v_head, bt_row, start, hi,
+    k_slot, v_slot, k_head, v_head, page, ok, start,
     stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
     layout: gl.constexpr,
 ):  # fmt: skip
     """The K and V copies of one key tile, as one commit group."""
     _copy_kv_tile(
-        k_slot, k_head, bt_row, start, hi, stride_k_blk, stride_k_slot,
+        k_slot, k_head, page, ok, start, stride_k_blk, stride_k_slot,
         PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
     )  # fmt: skip
     _copy_kv_tile(
-        v_slot, v_head, bt_row, start, hi, stride_v_blk, stride_v_slot,
+        v_slot, v_head, page, ok, start, stride_v_blk, stride_v_slot,
         PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
     )  # fmt: skip
     async_copy.commit_group()
 
 
 @gluon.jit
+def _converted(tile, dtype: gl.constexpr, KV_FP8: gl.constexpr):
+    """A K/V tile as loaded, in the MMAs' dtype: e4m3 through float16
+    (exact)."""
+    if KV_FP8:
+        tile = tile.to(gl.float16).to(dtype)
+    return tile
+
+
+@gluon.jit
 def _convert_tiles(
     k_slot, v_slot, k_dst, v_dst, layout: gl.constexpr, KV_FP8: gl.constexpr
 ):
-    """A staged K/V tile into MMA buffers in q's dtype: e4m3 through float16
-    (exact). The caller has waited for the copies."""
+    """A staged K/V tile into MMA buffers. The caller has waited for the
+    copies."""
     dtype: gl.constexpr = k_dst.dtype
-    k_tile = k_slot.load(layout)
-    v_tile = v_slot.load(layout)
-    if KV_FP8:
-        k_tile = k_tile.to(gl.float16).to(dtype)
-        v_tile = v_tile.to(gl.float16).to(dtype)
-    k_dst.store(k_tile)
-    v_dst.store(v_tile)
+    k_dst.store(_converted(k_slot.load(layout), dtype, KV_FP8))
+    v_dst.store(_converted(v_slot.load(layout), dtype, KV_FP8))
 
 
 @gluon.constexpr_function
@@ -374,9 +390,12 @@ def fixed_history_wgmma_kernel(
             )  # fmt: skip
             # Tiles 0 and 1 staged; tile 0 converted into buffer 0.
             for i in gl.static_range(2):
+                page, ok = _tile_pages(
+                    bt_row, lo + i * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                )
                 _copy_kv_tiles(
-                    k_raw.index(i), v_raw.index(i), k_head, v_head, bt_row,
-                    lo + i * BLOCK_N, hi, stride_k_blk, stride_k_slot,
+                    k_raw.index(i), v_raw.index(i), k_head, v_head, page, ok,
+                    lo + i * BLOCK_N, stride_k_blk, stride_k_slot,
                     stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                     kv_layout,
                 )  # fmt: skip
@@ -396,9 +415,12 @@ def fixed_history_wgmma_kernel(
                 # slot (read back in the previous iteration), then convert
                 # tile t + 1 into the other buffer (whose last readers, tile
                 # t - 1's MMAs, have completed).
+                page, ok = _tile_pages(
+                    bt_row, start + 2 * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                )
                 _copy_kv_tiles(
-                    k_raw.index(buf), v_raw.index(buf), k_head, v_head, bt_row,
-                    start + 2 * BLOCK_N, hi, stride_k_blk, stride_k_slot,
+                    k_raw.index(buf), v_raw.index(buf), k_head, v_head, page, ok,
+                    start + 2 * BLOCK_N, stride_k_blk, stride_k_slot,
                     stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                     kv_layout,
                 )  # fmt: skip
@@ -433,10 +455,11 @@ def _ws_load_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr,
+    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
-    the multiplying warpgroup's order, staged one tile ahead, converted and
+    the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
+    that enough bytes are in flight to keep the memory busy), converted and
     stored into ring buffer ``it % NUM_BUF`` once that buffer is free."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
     it = 0
@@ -451,23 +474,27 @@ def _ws_load_partition(
             stride_k_head, stride_v_head,
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
-            _copy_kv_tiles(
-                k_raw.index(0), v_raw.index(0), k_head, v_head, bt_row, lo, hi,
-                stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
-                PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-            )  # fmt: skip
-            for t in range(0, n_tiles):
-                slot = t % 2
+            for i in range(0, NUM_RAW):
+                page, ok = _tile_pages(
+                    bt_row, lo + i * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                )
                 _copy_kv_tiles(
-                    k_raw.index(1 - slot), v_raw.index(1 - slot), k_head,
-                    v_head, bt_row, lo + (t + 1) * BLOCK_N, hi, stride_k_blk,
-                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout,
+                    k_raw.index(i), v_raw.index(i), k_head, v_head, page, ok,
+                    lo + i * BLOCK_N, stride_k_blk, stride_k_slot,
+                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                    kv_layout,
                 )  # fmt: skip
-                async_copy.wait_group(1)
+            page, ok = _tile_pages(
+                bt_row, lo + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+            )
+            for t in range(0, n_tiles):
+                slot = t % NUM_RAW
                 buf = it % NUM_BUF
-                # Free once the MMAs on its previous tile completed (in the
-                # first round parity 1, which precedes a new barrier's phase).
+                # Tile t landed (the NUM_RAW - 1 after it may be in flight).
+                async_copy.wait_group(NUM_RAW - 1)
+                # Ring buffer free once the MMAs on its previous tile have
+                # completed (in the first round parity 1, which precedes a
+                # new barrier's phase).
                 mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
                 _convert_tiles(
                     k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
@@ -475,9 +502,23 @@ def _ws_load_partition(
                 )  # fmt: skip
                 fence_async_shared()
                 mbarrier.arrive(ready.index(buf), count=1)
+                # Tile t + NUM_RAW into the slot just read (the barrier that
+                # the compiler puts between the reads and the copy orders
+                # them), through pages loaded an iteration ago; then the
+                # next tile's pages.
+                _copy_kv_tiles(
+                    k_raw.index(slot), v_raw.index(slot), k_head, v_head, page,
+                    ok, lo + (t + NUM_RAW) * BLOCK_N, stride_k_blk,
+                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
+                )  # fmt: skip
+                page, ok = _tile_pages(
+                    bt_row, lo + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
+                    BLOCK_N, kv_layout,
+                )  # fmt: skip
                 it += 1
-            # The copy staged past the last tile lands before slot 0 is
-            # reused.
+            # The copies staged past the last tile land before the slots
+            # are reused.
             async_copy.wait_group(0)
 
 
@@ -535,12 +576,13 @@ def fixed_history_ws_kernel(
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
-    WORKER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading and converting in a second warpgroup (``gl.warp_specialize``)
-    that runs up to ``NUM_BUF`` tiles ahead of the multiplying one."""
-    NUM_BUF: gl.constexpr = 2
+    that stages ``NUM_RAW`` key tiles ahead and converts up to ``NUM_BUF``
+    tiles ahead of the multiplying one."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -550,8 +592,8 @@ def fixed_history_ws_kernel(
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
-    k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
+    k_raw = gl.allocate_shared_memory(kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem)
+    v_raw = gl.allocate_shared_memory(kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_BUF):
@@ -622,6 +664,7 @@ def fixed_history_ws_kernel(
                     HAS_WINDOW,
                     KV_FP8,
                     NUM_BUF,
+                    NUM_RAW,
                 ),
             ),
         ],
@@ -644,6 +687,7 @@ def kernel_arguments(
     v_scale=None,
     *,
     block_q,
+    block_n=64,
     f16_dots=False,
 ):
     """Positional arguments and constants of one launch (shared by the launch
@@ -681,7 +725,7 @@ def kernel_arguments(
         NUM_KV_HEADS=num_kv_heads,
         GROUP=num_heads // num_kv_heads,
         BLOCK_Q=block_q,
-        BLOCK_N=64,
+        BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         PAGE_SIZE=k_cache.shape[1],
         HAS_WINDOW=sliding_window is not None,
@@ -709,6 +753,9 @@ def fixed_history_attention_wgmma(
     worker_regs=112,
     maxnreg=128,
     f16_dots=False,
+    block_n=64,
+    raw_slots=2,
+    ring=2,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of 64 rows
     (``nH / nKV`` must divide 64). fp8 scales must be float32 device
@@ -723,7 +770,10 @@ def fixed_history_attention_wgmma(
     number of (request, KV head) items). ``f16_dots`` (fp8 caches): float16
     MMAs, with q times the softmax scale rounded to float16 and the K/V
     tiles converted to float16 only (the Triton kernel's
-    ``LaunchPlan.fp8_f16_dot``)."""
+    ``LaunchPlan.fp8_f16_dot``). The warp-specialized kernel's pipeline:
+    ``block_n`` keys per tile, ``raw_slots`` tiles staged ahead as loaded,
+    ``ring`` converted tiles ahead of the MMAs (shared memory per program:
+    q, ``ring`` converted and ``raw_slots`` loaded K/V tiles)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -750,6 +800,7 @@ def fixed_history_attention_wgmma(
         k_scale,
         v_scale,
         block_q=64 // group,
+        block_n=block_n if warp_specialized else 64,
         f16_dots=f16_dots,
     )
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
@@ -759,6 +810,8 @@ def fixed_history_attention_wgmma(
         fixed_history_ws_kernel[grid](
             *args,
             **constants,
+            NUM_BUF=ring,
+            NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
             num_warps=4,
             maxnreg=maxnreg,
