@@ -39,6 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
+from unittest import mock
 
 import pytest
 import torch
@@ -516,6 +517,18 @@ if _IN_CHILD:
                 2, 32 if fp8_f16_dot else 16, programs_per_sm=1, fp8_f16_dot=fp8_f16_dot
             ),
             fp8_scales=(3.0, 0.02),
+            extra_rows=3,
+        )
+
+    @pytest.mark.parametrize("scale_form", ["tensor", "float"])
+    def test_interp_gluon_plan_runs_the_triton_kernel_here(scale_form):
+        # A plan for the Gluon kernel on a device that cannot run it (the
+        # interpreter; float scales anywhere): its Triton launch instead.
+        _interp_check(
+            Case([40, 0, 70, 9], [4, 2, 5, 3], 48, 8, 2, 32, 8),
+            plan=_plan(16, 16, programs_per_sm=1, gluon=True),
+            fp8_scales=(0.02, 3.0),
+            scale_form=scale_form,
             extra_rows=3,
         )
 
@@ -1015,10 +1028,54 @@ if not _IN_CHILD:
         with pytest.raises(ValueError, match=pattern):
             _plan(**dict(good, **{field: value}))
 
-    def _plan_for(shape, device, kv_fp8=False):
+    def _plan_for(shape, device, kv_fp8=False, gluon=False):
         """The plan for a benchmark shape (R, L, B, W, nH, nKV, D), block size
-        16, on a GPU with 132 SMs (an H200; no GPU needed)."""
-        return ops.uniform_batch_plan(shape, device=device, num_sms=132, kv_fp8=kv_fp8)
+        16, on a GPU with 132 SMs (an H200; no GPU needed), where the Gluon
+        kernel can run (``gluon``) or not."""
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        with mock.patch.object(launch, "gluon_supported", lambda device: gluon):
+            return ops.uniform_batch_plan(
+                shape, device=device, num_sms=132, kv_fp8=kv_fp8
+            )
+
+    @pytest.mark.parametrize(
+        "shape,kv_fp8,gluon",
+        [
+            ((64, 8192, 8, 4096, 32, 8, 128), True, True),
+            ((256, 8192, 8, 4096, 32, 8, 128), True, True),
+            ((256, 2048, 8, 1024, 32, 8, 128), True, True),
+            ((64, 8192, 8, 4096, 32, 8, 128), False, False),  # bf16 cache
+            ((32, 32768, 16, 4096, 32, 4, 128), True, False),  # 128-row tiles
+            ((128, 8192, 8, 4096, 16, 16, 64), True, False),  # D = 64
+            ((4, 8192, 8, 4096, 32, 8, 128), True, False),  # few items: split
+            ((64, 8192, 4, 4096, 32, 8, 128), True, False),  # 16-row tiles
+        ],
+    )
+    def test_plan_gluon_only_for_wide_fp8_tiles(shape, kv_fp8, gluon):
+        # Where measured faster on the H200: fp8 caches at the widened
+        # 64-row D = 128 tiles with one split, on a device that runs it.
+        device = torch.device("cuda", 0)
+        plan = _plan_for(shape, device, kv_fp8=kv_fp8, gluon=True)
+        assert plan.gluon is gluon, plan
+        if gluon:
+            assert plan.num_splits == 1 and plan.tile_rows(4) == 64, plan
+            assert plan.block_q * shape[4] // shape[5] == 64, plan
+        # The same plan otherwise, where the device cannot run it.
+        assert _plan_for(shape, device, kv_fp8=kv_fp8) == dataclasses.replace(
+            plan, gluon=False
+        )
+
+    def test_gluon_needs_a_hopper_gpu():
+        assert not ops.gluon_supported(torch.device("cpu"))
+        if not torch.cuda.is_available():
+            assert not ops.gluon_supported(torch.device("cuda", 0))
+
+    def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
+        with pytest.raises(ValueError, match="gluon needs num_splits == 1"):
+            _plan(16, 64, num_splits=2, gluon=True)
+        with pytest.raises(ValueError, match="gluon needs num_splits == 1"):
+            _plan(16, 64, fp8_e4m3_dot=True, gluon=True)
 
     @pytest.mark.parametrize(
         "shape,persistent",
@@ -1516,6 +1573,60 @@ if not _IN_CHILD:
             device="cuda",
             fp8_scales=(0.02, 3.0),
             extra_rows=3,
+        )
+
+    # Shapes whose default fp8 plan runs the Gluon kernel on Hopper: 32-row
+    # tiles widened to 64 (5-8 queries on average per request x 4 heads, or
+    # 16 x 2, or 4 x 8) at D = 128, with one key split (short windows, or
+    # enough (request, KV head) items to fill the GPU).
+    _GLUON_CASES = {
+        "gqa4": Case(
+            [0, 37, 1000, 2600, 5, 4100], [8, 8, 8, 8, 8, 5], 200, 32, 8, 128, 16
+        ),
+        "gqa2_16q": Case([3000, 17, 2048], [16, 16, 12], 240, 16, 8, 128, 16),
+        "gqa8_4q_full_60_reqs": Case(
+            [(i * 97) % 1500 for i in range(60)], [4] * 59 + [1], None, 64, 8, 128, 16
+        ),
+        # 30 queries > the 16 query slots of a tile: two passes; an empty
+        # request.
+        "passes_hnd": Case(
+            [3000, 0, 777, 9, 40, 5], [30, 2, 2, 2, 0, 4], 250, 32, 8, 128, 16, "hnd"
+        ),
+    }
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
+    def test_cuda_fp8_gluon_path(name, dtype, fp8_f16_dot):
+        """The default plan of these fp8 shapes takes the Gluon kernel on an
+        sm_90 GPU (skipped elsewhere: its CPU side is the compile tests of
+        test_fixed_history_gluon.py and the interpreter's fallback test)."""
+        case = _GLUON_CASES[name]
+        device = torch.device("cuda")
+        if not ops.gluon_supported(device):
+            pytest.skip("the Gluon kernel needs an sm_90 GPU and Triton 3.7")
+        extra_rows = 3
+        lens = zip(case.ctx_lens, case.q_lens, strict=True)
+        plan = ops.plan_launch(
+            num_tokens=sum(case.q_lens) + extra_rows,
+            num_reqs=len(case.q_lens),
+            num_heads=case.num_heads,
+            num_kv_heads=case.num_kv_heads,
+            head_dim=case.head_dim,
+            sliding_window=case.window,
+            # The block-table capacity of _make_inputs.
+            max_kv_len=16 * (1 + max(-(-(c + b) // 16) for c, b in lens)),
+            device=device,
+            kv_fp8=True,
+        )
+        assert plan.gluon, plan
+        _run_and_check(
+            case,
+            dtype=dtype,
+            device="cuda",
+            fp8_scales=(0.02, 3.0),
+            extra_rows=extra_rows,
         )
 
     @pytest.mark.cuda

@@ -4,7 +4,8 @@
 * ``fixed_history_attention(q, k_cache, v_cache, block_table, context_lens,
   query_start_loc, sliding_window, scale, out=None, *, plan=None,
   reference=False, k_scale=None, v_scale=None)``: the Triton kernel, on
-  float16/bfloat16 caches or on float8_e4m3fn caches with their scales;
+  float16/bfloat16 caches or on float8_e4m3fn caches with their scales (on
+  Hopper, the Gluon kernel where the plan says ``gluon``);
 * ``fixed_history_attention_reference(...)``: the same in plain PyTorch
   (``fixed_history_attention(..., reference=True)``; no Triton needed);
 * ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
@@ -13,6 +14,8 @@
   requests of L cached and B draft tokens each, ``shape = (R, L, B, W, nH,
   nKV, D)`` (the benchmark shapes);
 * ``sm_count(device)``: the SM count the persistent grid is sized with;
+* ``gluon_supported(device)``: whether the Gluon kernel can run there (an
+  sm_90 GPU under Triton 3.7);
 * what the kernel runs, from ``vllm_spark2_5_plugin.ops.limits`` (pure
   Python): ``SUPPORTED_DTYPES``, ``SUPPORTED_KV_CACHE_DTYPES``,
   ``FP8_KV_CACHE_DTYPES``, ``FP8_CACHE_DTYPE``, ``MIN_HEAD_DIM``,
@@ -39,6 +42,7 @@ __all__ = [
     "LaunchPlan",
     "fixed_history_attention",
     "fixed_history_attention_reference",
+    "gluon_supported",
     "plan_launch",
     "sm_count",
     "uniform_batch_plan",
@@ -52,6 +56,7 @@ _MODULES = {
     "LaunchPlan": "fixed_history_launch",
     "fixed_history_attention": "fixed_history",
     "fixed_history_attention_reference": "fixed_history",
+    "gluon_supported": "fixed_history_launch",
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
     "uniform_batch_plan": "fixed_history_launch",
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     )
     from vllm_spark2_5_plugin.ops.fixed_history_launch import (
         LaunchPlan,
+        gluon_supported,
         plan_launch,
         sm_count,
         uniform_batch_plan,

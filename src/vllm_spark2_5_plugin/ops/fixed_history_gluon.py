@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention written in Gluon for Hopper (sm_90): explicit
-layouts, warpgroup MMAs and warp specialization. EXPERIMENTAL: not used by
-the launch policy, and not yet run on a GPU.
+layouts, warpgroup MMAs and warp specialization. The launch policy runs
+``fixed_history_ws_kernel`` for fp8 caches at 64-row tiles on sm_90 under
+Triton 3.7 (``LaunchPlan.gluon``); the rest is kept for measurements
+(``benchmarks/bench_fixed_history_attention.py --gluon``).
 
 Why: the Triton kernel (``fixed_history_kernel``) stays at 2-2.4 times the
 fp8 read floor. Its K/V conversion sits in every warp's chain between the
@@ -17,10 +19,14 @@ heads fastest, one key split (no partial results):
   table) and convert tile t + 1 from that slot into the other half of a
   double buffer in q's dtype; then the online softmax of S in registers, and
   ``O += P V_t`` with P from registers.
-* ``fixed_history_ws_kernel``: a loading warpgroup (copy, convert, store
-  into a ring of ``NUM_BUF`` buffers) and a multiplying one (MMAs and
-  softmax), synchronized by mbarriers, so that the conversion runs beside
-  the MMAs and the softmax instead of between them.
+* ``fixed_history_ws_kernel``: a loading warpgroup (copy ``NUM_RAW`` tiles
+  ahead, convert, store into a ring of ``NUM_BUF`` buffers) and a
+  multiplying one (MMAs and softmax), synchronized by mbarriers, so that the
+  conversion runs beside the MMAs and the softmax instead of between them.
+  8-11% faster than the Triton kernel at the benchmark's fp8 shapes 1-3 on
+  the H200; still about twice the read floor, bound by latency at 4 warps
+  per scheduler rather than by issue or bandwidth
+  (``benchmarks/fixed_history_attention_h200.md``, "Gluon").
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
@@ -41,6 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from vllm_spark2_5_plugin.ops.fixed_history_launch import sm_count
 
 _LOG2E = 1.4426950408889634
 
@@ -803,9 +811,8 @@ def fixed_history_attention_wgmma(
         block_n=block_n if warp_specialized else 64,
         f16_dots=f16_dots,
     )
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     per_sm = 2 if programs_per_sm is None else programs_per_sm
-    grid = (max(1, min(num_reqs * num_kv_heads, per_sm * sms)),)
+    grid = (max(1, min(num_reqs * num_kv_heads, per_sm * sm_count(q.device))),)
     if warp_specialized:
         fixed_history_ws_kernel[grid](
             *args,
