@@ -52,7 +52,11 @@ module for the duration, and prints a before/after table.
 ``--sweep`` also times a grid of launch plans per shape, each with its
 output's difference from the default plan's; ``--sweep --try JSON``
 (repeatable) times only the given changes to the default plan, e.g.
-``--try '{"block_q": 16, "block_n": 64, "num_stages": 3}'``.
+``--try '{"block_q": 16, "block_n": 64, "num_stages": 3}'``. The grid
+explores the Triton kernel (``gluon=False``); ``--try '{"gluon": true}'``
+asks for the Gluon kernel. When a shape's default plan runs the Gluon kernel
+(sm_90, fp8), the plan's Triton kernel is timed too. ``--gluon`` also
+times the Gluon kernels' variants (``ops/fixed_history_gluon.py``).
 """
 
 from __future__ import annotations
@@ -446,7 +450,7 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
 
 
 def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
-    """The experimental Gluon kernels (sm_90 only) at this shape: time and
+    """The Gluon kernels' variants (sm_90 only) at this shape: time and
     difference from the default kernel's output, per variant."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
@@ -563,11 +567,13 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     plan = ops.uniform_batch_plan(
         shape, device=q.device, page_size=PAGE, kv_fp8=kv_dtype != "bf16"
     )
+    via_triton = ""
     if plan.gluon:  # the Gluon kernel ran: the Triton kernel's time too
         triton_fn = functools.partial(fn, plan=dataclasses.replace(plan, gluon=False))
-        print(f"  Triton kernel of the plan {bench(triton_fn):.1f} us", flush=True)
+        via_triton = f" (the plan's Triton kernel: {bench(triton_fn):.1f} us)"
     print(
-        f"  kernel {t_kernel:.1f} us (graph {t_graph:.1f} us), plan {plan}, "
+        f"  kernel {t_kernel:.1f} us{via_triton} (graph {t_graph:.1f} us), "
+        f"plan {plan}, "
         f"floor {floor_us:.1f} us, {kv_bytes / t_kernel / 1e6:.2f} TB/s, "
         f"rel err vs reference {err_ref:.2e}",
         flush=True,
@@ -713,7 +719,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--gluon",
         action="store_true",
-        help="also time the experimental Gluon kernels (sm_90 GPUs only)",
+        help="also time the Gluon kernels' variants (sm_90 GPUs only)",
     )
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
