@@ -1050,6 +1050,8 @@ if not _IN_CHILD:
             ((128, 8192, 8, 4096, 16, 16, 64), True, False),  # D = 64
             ((4, 8192, 8, 4096, 32, 8, 128), True, False),  # few items: split
             ((64, 8192, 4, 4096, 32, 8, 128), True, False),  # 16-row tiles
+            ((256, 8192, 2, 4096, 64, 4, 128), True, False),  # GQA 16
+            ((256, 8192, 32, 4096, 8, 8, 128), True, True),  # GQA 1
         ],
     )
     def test_plan_gluon_only_for_wide_fp8_tiles(shape, kv_fp8, gluon):
@@ -1059,8 +1061,9 @@ if not _IN_CHILD:
         plan = _plan_for(shape, device, kv_fp8=kv_fp8, gluon=True)
         assert plan.gluon is gluon, plan
         if gluon:
-            assert plan.num_splits == 1 and plan.tile_rows(4) == 64, plan
-            assert plan.block_q * shape[4] // shape[5] == 64, plan
+            group = shape[4] // shape[5]
+            assert plan.num_splits == 1 and plan.tile_rows(group) == 64, plan
+            assert plan.block_q * group == 64, plan
         # The same plan otherwise, where the device cannot run it.
         assert _plan_for(shape, device, kv_fp8=kv_fp8) == dataclasses.replace(
             plan, gluon=False
