@@ -467,6 +467,14 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             dict(ws, block_n=32, raw_slots=6),
         ),
     ]
+    if shape[2] * shape[4] // shape[5] >= 128:  # 128 rows without padding
+        variants += [
+            ("warp-specialized, 128-row tiles, 1/SM", dict(ws, rows=128)),
+            (
+                "warp-specialized, 128-row tiles, ring 4, 4 staged, 1/SM",
+                dict(ws, rows=128, ring=4, raw_slots=4),
+            ),
+        ]
     if scales:  # 4 staged bf16 tiles exceed the shared memory
         variants.append(
             (

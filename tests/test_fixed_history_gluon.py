@@ -42,6 +42,7 @@ def _compile(
     block_n=64,
     raw_slots=2,
     ring=2,
+    rows=64,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -69,14 +70,14 @@ def _compile(
     constants = dict(
         NUM_KV_HEADS=8,
         GROUP=group,
-        BLOCK_Q=64 // group,
+        BLOCK_Q=rows // group,
         BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         PAGE_SIZE=16,
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
         F16_DOTS=f16,
-        num_warps=4,
+        num_warps=rows // 16,
     )
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(NUM_BUF=ring, NUM_RAW=raw_slots, WORKER_REGS=worker_regs)
@@ -86,7 +87,7 @@ def _compile(
     aligned += [s for s in _strides() if s != "stride_bt"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = GluonASTSource(kernel, signature, constexprs=constants, attrs=attrs)
-    options = {"num_warps": 4}
+    options = {"num_warps": rows // 16}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -135,6 +136,29 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
         assert code.count("HADD2.F32") == code.count("F2F.BF16.F16") == 0
 
 
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
+    # 8 multiplying warps (two warpgroups of 64 rows), one program per SM:
+    # 168 registers at launch; a ring of 4 converted tiles (and for fp8 4
+    # staged ones) within the SM's shared memory.
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *(kv_dtype, 8, 128),
+        maxnreg=168,
+        ring=4,
+        raw_slots=4,
+        rows=128,
+    )
+    assert code.registers <= 168
+    assert code.count("HGMMA") > 0
+    assert code.shared_bytes <= 227 * 1024
+    if kv_dtype == "bf16":
+        # Copied straight into the MMA buffers: no conversion, no staging.
+        assert code.count("LDS.128") == code.count("F2FP.F16.E4M3") == 0, (
+            code.instructions
+        )
+
+
 # ---------------------------------------------------------------------------
 # sm_90 GPU
 # ---------------------------------------------------------------------------
@@ -163,6 +187,14 @@ _KERNELS = {
     "wgmma": {},
     "ws": {"warp_specialized": True},
     "ws-n32-raw6": {"warp_specialized": True, "block_n": 32, "raw_slots": 6},
+    # 128-row tiles: 8 multiplying warps, 1 program per SM.
+    "ws-128rows": {"warp_specialized": True, "rows": 128},
+    "ws-128rows-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "ring": 4,
+        "raw_slots": 4,
+    },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
         "warp_specialized": True,

@@ -531,6 +531,66 @@ def _ws_load_partition(
 
 
 @gluon.jit
+def _ws_copy_partition(
+    k_smem, v_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    NUM_BUF: gl.constexpr,
+):  # fmt: skip
+    """The loading warpgroup for caches in q's dtype (nothing to convert):
+    every key tile copied with ``cp.async`` straight into ring buffer
+    ``it % NUM_BUF`` once that buffer is free, and signalled once
+    ``NUM_BUF - 1`` newer copies are in flight (the last ones at the end)."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
+    it = 0  # tiles whose copies were issued
+    done = 0  # tiles signalled
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N,
+        )  # fmt: skip
+        bt_row, k_head, v_head = _kv_rows(
+            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
+            stride_k_head, stride_v_head,
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            page, ok = _tile_pages(bt_row, lo, hi, PAGE_SIZE, BLOCK_N, kv_layout)
+            for t in range(0, n_tiles):
+                buf = it % NUM_BUF
+                # Free once the MMAs on its previous tile completed (in the
+                # first round parity 1, which precedes a new barrier's phase).
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                _copy_kv_tiles(
+                    k_smem.index(buf), v_smem.index(buf), k_head, v_head, page,
+                    ok, lo + t * BLOCK_N, stride_k_blk, stride_k_slot,
+                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                    kv_layout,
+                )  # fmt: skip
+                page, ok = _tile_pages(
+                    bt_row, lo + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N,
+                    kv_layout,
+                )  # fmt: skip
+                it += 1
+                if it - done == NUM_BUF:
+                    # The oldest tile in flight has landed, from every thread.
+                    async_copy.wait_group(NUM_BUF - 1)
+                    fence_async_shared()
+                    gl.barrier()
+                    mbarrier.arrive(ready.index(done % NUM_BUF), count=1)
+                    done += 1
+    async_copy.wait_group(0)
+    fence_async_shared()
+    gl.barrier()
+    for j in range(done, it):
+        mbarrier.arrive(ready.index(j % NUM_BUF), count=1)
+
+
+@gluon.jit
 def _ws_mma_partition(
     q_smem, k_smem, v_smem, ready, empty,
     q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
@@ -539,10 +599,12 @@ def _ws_mma_partition(
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
+    MMA_WARPS: gl.constexpr,
 ):  # fmt: skip
-    """The multiplying warpgroup: q into shared memory, then per key tile the
-    MMAs and the softmax, releasing each ring buffer once its MMAs have
-    completed; the normalized output at the end of each pass."""
+    """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
+    each): q into shared memory, then per key tile the MMAs and the softmax,
+    releasing each ring buffer once its MMAs have completed; the normalized
+    output at the end of each pass."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
@@ -555,13 +617,13 @@ def _ws_mma_partition(
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                stride_q_h, q_factor, GROUP, F16_DOTS, 4,
+                stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS,
             )  # fmt: skip
-            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, 4)
+            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
             for t in range(0, n_tiles):
                 buf = it % NUM_BUF
                 mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
-                s = _issue_scores(q_smem, k_smem.index(buf), 4)
+                s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                 m_i, l_i, acc = _finish_tile(
                     s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N, hi,
                     score_scale,
@@ -588,97 +650,91 @@ def fixed_history_ws_kernel(
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
-    loading and converting in a second warpgroup (``gl.warp_specialize``)
-    that stages ``NUM_RAW`` key tiles ahead and converts up to ``NUM_BUF``
-    tiles ahead of the multiplying one."""
+    loading (and for fp8 caches converting) in a separate warpgroup
+    (``gl.warp_specialize``) that stages ``NUM_RAW`` key tiles ahead and
+    fills up to ``NUM_BUF`` ring buffers ahead of the multiplying warps
+    (``num_warps``: 4 for 64-row tiles, 8 for 128). Caches in q's dtype are
+    copied straight into the ring."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
     q_smem_layout: gl.constexpr = _tile_smem([BLOCK_M, HEAD_DIM], dtype)
-    raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
-    k_raw = gl.allocate_shared_memory(kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem)
-    v_raw = gl.allocate_shared_memory(kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    gl.warp_specialize(
-        [
-            (
-                _ws_mma_partition,
+    if KV_FP8:
+        # The tiles as loaded, before conversion.
+        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        k_raw = gl.allocate_shared_memory(
+            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+        )
+        v_raw = gl.allocate_shared_memory(
+            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+        )
+        gl.warp_specialize(
+            [
                 (
-                    q_smem,
-                    k_smem,
-                    v_smem,
-                    ready,
-                    empty,
-                    q_ptr,
-                    out_ptr,
-                    context_lens_ptr,
-                    query_start_loc_ptr,
-                    k_scale_ptr,
-                    v_scale_ptr,
-                    qk_scale,
-                    window,
-                    num_reqs,
-                    stride_q_t,
-                    stride_q_h,
-                    stride_o_t,
-                    stride_o_h,
-                    NUM_KV_HEADS,
-                    GROUP,
-                    BLOCK_Q,
-                    BLOCK_N,
-                    HEAD_DIM,
-                    HAS_WINDOW,
-                    KV_FP8,
-                    F16_DOTS,
-                    NUM_BUF,
+                    _ws_mma_partition,
+                    (
+                        q_smem, k_smem, v_smem, ready, empty, q_ptr, out_ptr,
+                        context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
+                        v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
+                        stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
+                        GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
+                        F16_DOTS, NUM_BUF, num_warps,
+                    ),
                 ),
-            ),
-            (
-                _ws_load_partition,
                 (
-                    k_raw,
-                    v_raw,
-                    k_smem,
-                    v_smem,
-                    ready,
-                    empty,
-                    k_ptr,
-                    v_ptr,
-                    block_table_ptr,
-                    context_lens_ptr,
-                    query_start_loc_ptr,
-                    window,
-                    num_reqs,
-                    stride_k_blk,
-                    stride_k_slot,
-                    stride_k_head,
-                    stride_v_blk,
-                    stride_v_slot,
-                    stride_v_head,
-                    stride_bt,
-                    NUM_KV_HEADS,
-                    BLOCK_Q,
-                    BLOCK_N,
-                    HEAD_DIM,
-                    PAGE_SIZE,
-                    HAS_WINDOW,
-                    KV_FP8,
-                    NUM_BUF,
-                    NUM_RAW,
+                    _ws_load_partition,
+                    (
+                        k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                        v_ptr, block_table_ptr, context_lens_ptr,
+                        query_start_loc_ptr, window, num_reqs, stride_k_blk,
+                        stride_k_slot, stride_k_head, stride_v_blk,
+                        stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
+                        BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
+                        KV_FP8, NUM_BUF, NUM_RAW,
+                    ),
                 ),
-            ),
-        ],
-        [4],
-        [WORKER_REGS],
-    )
+            ],
+            [4],
+            [WORKER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (
+                    _ws_mma_partition,
+                    (
+                        q_smem, k_smem, v_smem, ready, empty, q_ptr, out_ptr,
+                        context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
+                        v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
+                        stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
+                        GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
+                        F16_DOTS, NUM_BUF, num_warps,
+                    ),
+                ),
+                (
+                    _ws_copy_partition,
+                    (
+                        k_smem, v_smem, ready, empty, k_ptr, v_ptr,
+                        block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+                        window, num_reqs, stride_k_blk, stride_k_slot,
+                        stride_k_head, stride_v_blk, stride_v_slot,
+                        stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
+                        BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
+                    ),
+                ),
+            ],
+            [4],
+            [WORKER_REGS],
+        )  # fmt: skip
 
 
 def kernel_arguments(
@@ -759,14 +815,16 @@ def fixed_history_attention_wgmma(
     warp_specialized=False,
     programs_per_sm=None,
     worker_regs=112,
-    maxnreg=128,
+    maxnreg=None,
     f16_dots=False,
     block_n=64,
     raw_slots=2,
     ring=2,
+    rows=64,
 ):
-    """One of the Gluon kernels on a Hopper GPU, for tiles of 64 rows
-    (``nH / nKV`` must divide 64). fp8 scales must be float32 device
+    """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
+    (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
+    ``nH / nKV`` must divide it). fp8 scales must be float32 device
     tensors. Only the checks below (experimental; ``fixed_history_attention``
     checks its inputs fully).
 
@@ -774,8 +832,10 @@ def fixed_history_attention_wgmma(
     multiplying warpgroup per program; ``worker_regs`` registers per thread
     for the loading one and ``maxnreg`` for the program at launch) instead of
     ``fixed_history_wgmma_kernel``. ``programs_per_sm``: the persistent
-    grid's programs per SM (default 2; the grid is never larger than the
-    number of (request, KV head) items). ``f16_dots`` (fp8 caches): float16
+    grid's programs per SM (default 2 for 64 rows, 1 for 128; the grid is
+    never larger than the number of (request, KV head) items); ``maxnreg``
+    defaults to 128 registers per thread with 2 programs per SM, else
+    168. ``f16_dots`` (fp8 caches): float16
     MMAs, with q times the softmax scale rounded to float16 and the K/V
     tiles converted to float16 only (the Triton kernel's
     ``LaunchPlan.fp8_f16_dot``). The warp-specialized kernel's pipeline:
@@ -785,8 +845,10 @@ def fixed_history_attention_wgmma(
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    if 64 % group:
-        raise ValueError(f"the query heads per KV head ({group}) must divide 64")
+    if rows not in (64, 128) or (rows == 128 and not warp_specialized):
+        raise ValueError(f"rows must be 64 (or 128, warp-specialized), got {rows}")
+    if rows % group:
+        raise ValueError(f"the query heads per KV head ({group}) must divide {rows}")
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")
     if k_cache.dtype == torch.float8_e4m3fn and not (
@@ -807,12 +869,14 @@ def fixed_history_attention_wgmma(
         out,
         k_scale,
         v_scale,
-        block_q=64 // group,
+        block_q=rows // group,
         block_n=block_n if warp_specialized else 64,
         f16_dots=f16_dots,
     )
-    per_sm = 2 if programs_per_sm is None else programs_per_sm
+    per_sm = (2 if rows == 64 else 1) if programs_per_sm is None else programs_per_sm
     grid = (max(1, min(num_reqs * num_kv_heads, per_sm * sm_count(q.device))),)
+    if maxnreg is None:
+        maxnreg = 128 if per_sm >= 2 else 168
     if warp_specialized:
         fixed_history_ws_kernel[grid](
             *args,
@@ -820,7 +884,7 @@ def fixed_history_attention_wgmma(
             NUM_BUF=ring,
             NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
-            num_warps=4,
+            num_warps=rows // 16,
             maxnreg=maxnreg,
         )
     else:
