@@ -1039,35 +1039,38 @@ if not _IN_CHILD:
                 shape, device=device, num_sms=132, kv_fp8=kv_fp8
             )
 
+    @pytest.mark.parametrize("kv_fp8", [False, True])
     @pytest.mark.parametrize(
-        "shape,kv_fp8,gluon",
+        "shape,gluon",
         [
-            ((64, 8192, 8, 4096, 32, 8, 128), True, True),
-            ((256, 8192, 8, 4096, 32, 8, 128), True, True),
-            ((256, 2048, 8, 1024, 32, 8, 128), True, True),
-            ((64, 8192, 8, 4096, 32, 8, 128), False, False),  # bf16 cache
-            ((32, 32768, 16, 4096, 32, 4, 128), True, False),  # 128-row tiles
-            ((128, 8192, 8, 4096, 16, 16, 64), True, False),  # D = 64
-            ((4, 8192, 8, 4096, 32, 8, 128), True, False),  # few items: split
-            ((64, 8192, 4, 4096, 32, 8, 128), True, False),  # 16-row tiles
-            ((256, 8192, 2, 4096, 64, 4, 128), True, False),  # GQA 16
-            ((256, 8192, 32, 4096, 8, 8, 128), True, True),  # GQA 1
+            ((64, 8192, 8, 4096, 32, 8, 128), True),  # 32 rows, widened to 64
+            ((256, 8192, 8, 4096, 32, 8, 128), True),
+            ((256, 2048, 8, 1024, 32, 8, 128), True),
+            ((256, 8192, 32, 4096, 8, 8, 128), True),  # GQA 1
+            ((32, 32768, 16, 4096, 32, 4, 128), True),  # 128 rows, 128 items
+            ((8, 32768, 16, 4096, 32, 4, 128), False),  # 128 rows, 32 items
+            ((64, 8192, 16, 4096, 32, 8, 128), False),  # 64 rows
+            ((128, 8192, 8, 4096, 16, 16, 64), False),  # D = 64
+            ((64, 8192, 8, 4096, 32, 8, 256), False),  # D = 256
+            ((4, 8192, 8, 4096, 32, 8, 128), False),  # few items: split
+            ((64, 8192, 4, 4096, 32, 8, 128), False),  # 16-row tiles
+            ((256, 8192, 2, 4096, 64, 4, 128), False),  # GQA 16
         ],
     )
-    def test_plan_gluon_only_for_wide_fp8_tiles(shape, kv_fp8, gluon):
-        # Where measured faster on the H200: fp8 caches at the widened
-        # 64-row D = 128 tiles with one split, on a device that runs it.
+    def test_plan_gluon_where_measured_faster(shape, gluon, kv_fp8):
+        # On a device that runs it: D = 128 tiles of 32 rows (widened to 64)
+        # with one split, and of 128 rows with items for 7/8 of the SMs; GQA
+        # 1 to 8.
         device = torch.device("cuda", 0)
         plan = _plan_for(shape, device, kv_fp8=kv_fp8, gluon=True)
         assert plan.gluon is gluon, plan
         if gluon:
             group = shape[4] // shape[5]
-            assert plan.num_splits == 1 and plan.tile_rows(group) == 64, plan
-            assert plan.block_q * group == 64, plan
-        # The same plan otherwise, where the device cannot run it.
-        assert _plan_for(shape, device, kv_fp8=kv_fp8) == dataclasses.replace(
-            plan, gluon=False
-        )
+            assert plan.num_splits == 1, plan
+            assert plan.block_q * group == plan.tile_rows(group) in (64, 128), plan
+        # Never where it cannot run; there the plans are the Triton kernel's
+        # (pinned in test_plan_for_the_h200_benchmark_shapes).
+        assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
 
     def test_gluon_needs_a_hopper_gpu():
         assert not ops.gluon_supported(torch.device("cpu"))
@@ -1578,10 +1581,11 @@ if not _IN_CHILD:
             extra_rows=3,
         )
 
-    # Shapes whose default fp8 plan runs the Gluon kernel on Hopper: 32-row
-    # tiles widened to 64 (5-8 queries on average per request x 4 heads, or
-    # 16 x 2, or 4 x 8) at D = 128, with one key split (short windows, or
-    # enough (request, KV head) items to fill the GPU).
+    # Shapes whose default plan runs the Gluon kernel on Hopper (D = 128,
+    # one key split): 32-row tiles widened to 64 (5-8 queries on average
+    # per request x 4 heads, or 16 x 2, or 4 x 8) with short windows or
+    # enough (request, KV head) items, and 128-row tiles (16 x 8) with items
+    # for most SMs.
     _GLUON_CASES = {
         "gqa4": Case(
             [0, 37, 1000, 2600, 5, 4100], [8, 8, 8, 8, 8, 5], 200, 32, 8, 128, 16
@@ -1595,21 +1599,26 @@ if not _IN_CHILD:
         "passes_hnd": Case(
             [3000, 0, 777, 9, 40, 5], [30, 2, 2, 2, 0, 4], 250, 32, 8, 128, 16, "hnd"
         ),
+        # 128 rows: 30 requests x 4 KV heads, 8 query heads each; 20 queries
+        # > the 16 query slots: two passes.
+        "rows128_gqa8": Case(
+            [(i * 211) % 3000 for i in range(30)],
+            [16] * 28 + [20, 9],
+            300,
+            32,
+            4,
+            128,
+            16,
+        ),
     }
 
-    @pytest.mark.cuda
-    @_no_cuda
-    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
-    def test_cuda_fp8_gluon_path(name, dtype, fp8_f16_dot):
-        """The default plan of these fp8 shapes takes the Gluon kernel on an
-        sm_90 GPU (skipped elsewhere: its CPU side is the compile tests of
-        test_fixed_history_gluon.py and the interpreter's fallback test)."""
+    def _gluon_case(name, kv_fp8, extra_rows):
+        """The case, after checking that its default plan runs the Gluon
+        kernel here (skips where it cannot run)."""
         case = _GLUON_CASES[name]
         device = torch.device("cuda")
         if not ops.gluon_supported(device):
             pytest.skip("the Gluon kernel needs an sm_90 GPU and Triton 3.7")
-        extra_rows = 3
         lens = zip(case.ctx_lens, case.q_lens, strict=True)
         plan = ops.plan_launch(
             num_tokens=sum(case.q_lens) + extra_rows,
@@ -1621,16 +1630,33 @@ if not _IN_CHILD:
             # The block-table capacity of _make_inputs.
             max_kv_len=16 * (1 + max(-(-(c + b) // 16) for c, b in lens)),
             device=device,
-            kv_fp8=True,
+            kv_fp8=kv_fp8,
         )
         assert plan.gluon, plan
+        return case
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
+    def test_cuda_fp8_gluon_path(name, dtype, fp8_f16_dot):
+        """fp8 caches through the Gluon kernel (its CPU side: the compile
+        tests of test_fixed_history_gluon.py and the interpreter's fallback
+        test)."""
+        case = _gluon_case(name, True, extra_rows=3)
         _run_and_check(
-            case,
-            dtype=dtype,
-            device="cuda",
-            fp8_scales=(0.02, 3.0),
-            extra_rows=extra_rows,
+            case, dtype=dtype, device="cuda", fp8_scales=(0.02, 3.0), extra_rows=3
         )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
+    def test_cuda_gluon_path_cache_in_q_dtype(name, dtype):
+        """Caches in q's dtype, copied straight into the Gluon kernel's MMA
+        buffers."""
+        case = _gluon_case(name, False, extra_rows=3)
+        _run_and_check(case, dtype=dtype, device="cuda", extra_rows=3)
 
     @pytest.mark.cuda
     @_no_cuda

@@ -42,10 +42,11 @@ class LaunchPlan:
     :func:`plan_launch`): q and the softmax weights rounded to e4m3 and both
     dot products on fp8 tensor cores; this changes the numerics
     (``docs/kernel.md``, "fp8 tensor-core dots").
-    ``gluon`` (fp8 caches with the scales as device tensors, 64-row tiles,
-    one split, where :func:`gluon_supported`): the warp-specialized Gluon
-    kernel with its own 64-key pipeline, 2 persistent programs per SM,
-    instead of the Triton kernel; otherwise the other fields' Triton launch.
+    ``gluon`` (tiles of 64 or 128 rows, one split, fp8 scales as device
+    tensors, where :func:`gluon_supported`): the warp-specialized Gluon
+    kernel with its own 64-key pipeline (2 persistent programs per SM at 64
+    rows, 1 at 128) instead of the Triton kernel; otherwise the other
+    fields' Triton launch.
     """
 
     block_q: int  # queries of one request per tile
@@ -198,11 +199,30 @@ def plan_launch(
         # About one (2-CTA) wave: more splits only add partials to merge.
         block_n, num_warps, num_stages, asm = 32, 4, 4, True
         target = num_sms
+        # On Hopper at D = 128, 128-row tiles with enough (request, KV head)
+        # items for most SMs run in the Gluon kernel (8 multiplying warps,
+        # one program per SM, one split): 26% (bf16) and 31% (fp8) faster
+        # than the Triton kernel's two splits at the benchmark's shape 4,
+        # 128 items on 132 SMs (H200, Triton 3.7.1, 2026-12-01).
+        if (
+            head_dim == 128
+            and block_m == 128
+            and block_q * group == 128
+            and group <= 8
+            and num_reqs * num_kv_heads >= num_sms * 7 // 8
+            and gluon_supported(device)
+        ):
+            gluon, target = True, 0
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
-    elif head_dim >= 128 and kv_fp8 and block_m == 32:
-        # fp8 cache, 32-row tiles: twice the queries per tile (the extra rows
-        # are masked), so that the dots run as warpgroup MMAs from shared
+    elif (
+        head_dim == 128
+        and block_m == 32
+        and (kv_fp8 or (group <= 8 and gluon_supported(device)))
+    ):
+        # fp8 cache (on Hopper, for the Gluon kernel below, any cache),
+        # 32-row tiles: twice the queries per tile (the extra rows are
+        # masked), so that the dots run as warpgroup MMAs from shared
         # memory, where the converted K and V tiles are stored once instead
         # of being rearranged in registers. 11-12% faster at the benchmark's
         # three 32-row shapes despite twice the MMA work (H200, Triton
@@ -212,8 +232,10 @@ def plan_launch(
         block_n, num_warps, num_stages, asm = 64, 4, 3, True
         persistent = 2
         # On Hopper, the warp-specialized Gluon kernel over the same 64-row
-        # tiles: 9.5-11.5% faster at these three shapes (H200, Triton 3.7.1,
-        # 2026-12-01); run there with 1 to 8 query heads per KV head.
+        # tiles, bf16 caches included (copied straight into its MMA
+        # buffers): fp8 9.5-11.5% and bf16 3-12% faster than the Triton
+        # kernel at these three shapes (H200, Triton 3.7.1, 2026-12-01); run
+        # there with 1 to 8 query heads per KV head.
         gluon = block_q * group == 64 and group <= 8 and gluon_supported(device)
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
@@ -374,11 +396,11 @@ def launch_kernel(
             f"{num_reqs} requests x {num_kv_heads} KV heads x {splits} splits "
             f"exceed {_MAX_ITEMS} work items per launch; split the batch"
         )
+    rows = plan.block_q * (num_heads // num_kv_heads)
     if (
         plan.gluon
-        and scales is not None
-        and all(isinstance(x, torch.Tensor) for x in scales)
-        and plan.block_q * (num_heads // num_kv_heads) == 64
+        and rows in (64, 128)
+        and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
         and gluon_supported(q.device)
     ):
         from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
@@ -390,6 +412,7 @@ def launch_kernel(
             *(window, scale, out, *scales),
             warp_specialized=True,
             f16_dots=plan.fp8_f16_dot,
+            rows=rows,
         )
     programs = num_items
     if plan.programs_per_sm:
