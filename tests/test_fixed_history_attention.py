@@ -1058,11 +1058,13 @@ if not _IN_CHILD:
         ],
     )
     def test_plan_gluon_where_measured_faster(shape, gluon, kv_fp8):
-        # On a device that runs it: D = 128 tiles of 32 rows (widened to 64)
-        # with one split, and of 128 rows with items for 7/8 of the SMs; GQA
-        # 1 to 8.
+        # On a device that runs it, fp8 caches only (the bf16 route has not
+        # passed its GPU tests through the launch yet): D = 128 tiles of 32
+        # rows (widened to 64) with one split, and of 128 rows with items
+        # for 7/8 of the SMs; GQA 1 to 8.
         device = torch.device("cuda", 0)
         plan = _plan_for(shape, device, kv_fp8=kv_fp8, gluon=True)
+        gluon = gluon and kv_fp8
         assert plan.gluon is gluon, plan
         if gluon:
             group = shape[4] // shape[5]
@@ -1071,6 +1073,44 @@ if not _IN_CHILD:
         # Never where it cannot run; there the plans are the Triton kernel's
         # (pinned in test_plan_for_the_h200_benchmark_shapes).
         assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
+
+    @pytest.mark.parametrize("fp8", [False, True])
+    @pytest.mark.parametrize("rows", [64, 128])
+    def test_launch_hands_gluon_plans_to_the_gluon_kernel(rows, fp8):
+        # What the launch passes to the Gluon kernel's entry (stood in for
+        # here: it needs an sm_90 GPU, where test_cuda_*gluon* run it).
+        from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+        from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+        case = Case([40, 7], [4, 3], 32, 32, 4, 128, 16)
+        scales = (0.5, 2.0) if fp8 else None
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cpu", seed=0, fp8_scales=scales
+        )
+        if fp8:
+            scales = tuple(torch.tensor(x) for x in scales)
+        out = torch.empty_like(q)
+        calls = []
+
+        def entry(*args, **kwargs):
+            calls.append((args, kwargs))
+            return args[8]
+
+        plan = _plan(rows // 8, 64, programs_per_sm=1, gluon=True)
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
+        ):
+            kv = PagedKV(k, v, bt, ctx, qsl, scales)
+            assert launch.launch_kernel(q, kv, 32, 0.1, out, plan) is out
+        ((args, kwargs),) = calls
+        assert args[:9] == (q, k, v, bt, ctx, qsl, 32, 0.1, out)
+        if fp8:
+            assert args[9] is scales[0] and args[10] is scales[1]
+        else:
+            assert args[9:] == (None, None)
+        assert kwargs == {"warp_specialized": True, "f16_dots": False, "rows": rows}
 
     def test_gluon_needs_a_hopper_gpu():
         assert not ops.gluon_supported(torch.device("cpu"))
@@ -1613,8 +1653,8 @@ if not _IN_CHILD:
     }
 
     def _gluon_case(name, kv_fp8, extra_rows):
-        """The case, after checking that its default plan runs the Gluon
-        kernel here (skips where it cannot run)."""
+        """The case and its default plan, checked to run the Gluon kernel
+        here (skips where it cannot run)."""
         case = _GLUON_CASES[name]
         device = torch.device("cuda")
         if not ops.gluon_supported(device):
@@ -1633,7 +1673,7 @@ if not _IN_CHILD:
             kv_fp8=kv_fp8,
         )
         assert plan.gluon, plan
-        return case
+        return case, plan
 
     @pytest.mark.cuda
     @_no_cuda
@@ -1643,7 +1683,7 @@ if not _IN_CHILD:
         """fp8 caches through the Gluon kernel (its CPU side: the compile
         tests of test_fixed_history_gluon.py and the interpreter's fallback
         test)."""
-        case = _gluon_case(name, True, extra_rows=3)
+        case, _ = _gluon_case(name, True, extra_rows=3)
         _run_and_check(
             case, dtype=dtype, device="cuda", fp8_scales=(0.02, 3.0), extra_rows=3
         )
@@ -1654,9 +1694,10 @@ if not _IN_CHILD:
     @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
     def test_cuda_gluon_path_cache_in_q_dtype(name, dtype):
         """Caches in q's dtype, copied straight into the Gluon kernel's MMA
-        buffers."""
-        case = _gluon_case(name, False, extra_rows=3)
-        _run_and_check(case, dtype=dtype, device="cuda", extra_rows=3)
+        buffers, through the launch with the fp8 plan of the same shape (the
+        policy does not take this route yet)."""
+        case, plan = _gluon_case(name, True, extra_rows=3)
+        _run_and_check(case, dtype=dtype, device="cuda", plan=plan, extra_rows=3)
 
     @pytest.mark.cuda
     @_no_cuda

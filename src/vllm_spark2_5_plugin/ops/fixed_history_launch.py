@@ -199,13 +199,15 @@ def plan_launch(
         # About one (2-CTA) wave: more splits only add partials to merge.
         block_n, num_warps, num_stages, asm = 32, 4, 4, True
         target = num_sms
-        # On Hopper at D = 128, 128-row tiles with enough (request, KV head)
-        # items for most SMs run in the Gluon kernel (8 multiplying warps,
-        # one program per SM, one split): 26% (bf16) and 31% (fp8) faster
-        # than the Triton kernel's two splits at the benchmark's shape 4,
-        # 128 items on 132 SMs (H200, Triton 3.7.1, 2026-12-01).
+        # On Hopper at D = 128, 128-row fp8 tiles with enough (request, KV
+        # head) items for most SMs run in the Gluon kernel (8 multiplying
+        # warps, one program per SM, one split): 31% faster than the Triton
+        # kernel's two splits at the benchmark's shape 4, 128 items on 132
+        # SMs (H200, Triton 3.7.1, 2026-12-01). bf16 caches: 26% faster, but
+        # not yet through this launch on a GPU (as above).
         if (
-            head_dim == 128
+            kv_fp8
+            and head_dim == 128
             and block_m == 128
             and block_q * group == 128
             and group <= 8
@@ -215,14 +217,9 @@ def plan_launch(
             gluon, target = True, 0
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
-    elif (
-        head_dim == 128
-        and block_m == 32
-        and (kv_fp8 or (group <= 8 and gluon_supported(device)))
-    ):
-        # fp8 cache (on Hopper, for the Gluon kernel below, any cache),
-        # 32-row tiles: twice the queries per tile (the extra rows are
-        # masked), so that the dots run as warpgroup MMAs from shared
+    elif head_dim == 128 and kv_fp8 and block_m == 32:
+        # fp8 cache, 32-row tiles: twice the queries per tile (the extra rows
+        # are masked), so that the dots run as warpgroup MMAs from shared
         # memory, where the converted K and V tiles are stored once instead
         # of being rearranged in registers. 11-12% faster at the benchmark's
         # three 32-row shapes despite twice the MMA work (H200, Triton
@@ -232,10 +229,11 @@ def plan_launch(
         block_n, num_warps, num_stages, asm = 64, 4, 3, True
         persistent = 2
         # On Hopper, the warp-specialized Gluon kernel over the same 64-row
-        # tiles, bf16 caches included (copied straight into its MMA
-        # buffers): fp8 9.5-11.5% and bf16 3-12% faster than the Triton
-        # kernel at these three shapes (H200, Triton 3.7.1, 2026-12-01); run
-        # there with 1 to 8 query heads per KV head.
+        # tiles: 9.5-11.5% faster than the Triton kernel at these three
+        # shapes (H200, Triton 3.7.1, 2026-12-01); run there with 1 to 8
+        # query heads per KV head. (With bf16 caches, copied straight into
+        # its MMA buffers, it was 3-12% faster too, but that route has not
+        # yet passed the GPU tests through this launch: not in the policy.)
         gluon = block_q * group == 64 and group <= 8 and gluon_supported(device)
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
@@ -407,9 +405,10 @@ def launch_kernel(
             fixed_history_attention_wgmma,
         )
 
+        k_scale, v_scale = (None, None) if scales is None else scales
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
-            *(window, scale, out, *scales),
+            *(window, scale, out, k_scale, v_scale),
             warp_specialized=True,
             f16_dots=plan.fp8_f16_dot,
             rows=rows,
