@@ -1111,6 +1111,25 @@ if not _IN_CHILD:
         else:
             assert args[9:] == (None, None)
         assert kwargs == {"warp_specialized": True, "f16_dots": False, "rows": rows}
+        # Head dims its GPU tests did not cover: the Triton launch instead.
+        case = case._replace(head_dim=256)
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cpu", seed=0
+        )
+        triton_grids = []
+        triton_kernel = mock.MagicMock()
+        triton_kernel.__getitem__.side_effect = lambda grid: (
+            lambda *a, **kw: triton_grids.append(grid)
+        )
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
+            mock.patch.object(launch, "fixed_history_kernel", triton_kernel),
+        ):
+            kv = PagedKV(k, v, bt, ctx, qsl, None)
+            launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), plan)
+        assert len(triton_grids) == 1
+        assert len(calls) == 1
 
     def test_gluon_needs_a_hopper_gpu():
         assert not ops.gluon_supported(torch.device("cpu"))

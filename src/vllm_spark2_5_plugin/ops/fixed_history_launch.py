@@ -42,11 +42,11 @@ class LaunchPlan:
     :func:`plan_launch`): q and the softmax weights rounded to e4m3 and both
     dot products on fp8 tensor cores; this changes the numerics
     (``docs/kernel.md``, "fp8 tensor-core dots").
-    ``gluon`` (tiles of 64 or 128 rows, one split, fp8 scales as device
-    tensors, where :func:`gluon_supported`): the warp-specialized Gluon
-    kernel with its own 64-key pipeline (2 persistent programs per SM at 64
-    rows, 1 at 128) instead of the Triton kernel; otherwise the other
-    fields' Triton launch.
+    ``gluon`` (tiles of 64 or 128 rows, head dim 64 or 128, one split, fp8
+    scales as device tensors, where :func:`gluon_supported`): the
+    warp-specialized Gluon kernel with its own 64-key pipeline (2 persistent
+    programs per SM at 64 rows, 1 at 128) instead of the Triton kernel;
+    otherwise the other fields' Triton launch.
     """
 
     block_q: int  # queries of one request per tile
@@ -398,6 +398,7 @@ def launch_kernel(
     if (
         plan.gluon
         and rows in (64, 128)
+        and head_dim in (64, 128)  # the head dims of its GPU tests
         and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
         and gluon_supported(q.device)
     ):
