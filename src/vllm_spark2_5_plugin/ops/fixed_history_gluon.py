@@ -1,17 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention written in Gluon for Hopper (sm_90): explicit
 layouts, warpgroup MMAs and warp specialization. The launch policy runs
-``fixed_history_ws_kernel`` for fp8 caches at 64-row tiles on sm_90 under
-Triton 3.7 (``LaunchPlan.gluon``); the rest is kept for measurements
-(``benchmarks/bench_fixed_history_attention.py --gluon``).
+``fixed_history_ws_kernel`` for fp8 caches at D = 128, at 64-row and at
+128-row tiles, on sm_90 under Triton 3.7 (``LaunchPlan.gluon``); the rest
+is kept for measurements (``benchmarks/bench_fixed_history_attention.py
+--gluon``).
 
 Why: the Triton kernel (``fixed_history_kernel``) stays at 2-2.4 times the
 fp8 read floor. Its K/V conversion sits in every warp's chain between the
 load and the MMA, and Triton decides where the converted tiles live and
 which warps do what. Both kernels here take tiles of 64 query rows
-(``BLOCK_Q`` query slots x ``GROUP`` query heads, the extra slots masked),
-64-key tiles, and a persistent grid over the (request, KV head) items, KV
-heads fastest, one key split (no partial results):
+(``BLOCK_Q`` query slots x ``GROUP`` query heads, the extra slots masked;
+the warp-specialized one also 128), 64-key tiles (by default), and a
+persistent grid over the (request, KV head) items, KV heads fastest, one
+key split (no partial results):
 
 * ``fixed_history_wgmma_kernel``: one warpgroup. While the tensor cores
   compute ``S = Q K_t^T`` asynchronously, the warps start copying key tile
@@ -19,14 +21,16 @@ heads fastest, one key split (no partial results):
   table) and convert tile t + 1 from that slot into the other half of a
   double buffer in q's dtype; then the online softmax of S in registers, and
   ``O += P V_t`` with P from registers.
-* ``fixed_history_ws_kernel``: a loading warpgroup (copy ``NUM_RAW`` tiles
-  ahead, convert, store into a ring of ``NUM_BUF`` buffers) and a
-  multiplying one (MMAs and softmax), synchronized by mbarriers, so that the
-  conversion runs beside the MMAs and the softmax instead of between them.
-  8-11% faster than the Triton kernel at the benchmark's fp8 shapes 1-3 on
-  the H200; still about twice the read floor, bound by latency at 4 warps
-  per scheduler rather than by issue or bandwidth
-  (``benchmarks/fixed_history_attention_h200.md``, "Gluon").
+* ``fixed_history_ws_kernel``: a loading warpgroup (fp8: copy ``NUM_RAW``
+  tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
+  q's dtype: copy straight into the ring) and one or two multiplying ones
+  (MMAs and softmax), synchronized by mbarriers, so that the conversion runs
+  beside the MMAs and the softmax instead of between them. On the H200,
+  9.5-11.5% faster than the Triton kernel at the benchmark's fp8 shapes 1-3
+  (64 rows) and 31% at shape 4 (128 rows); still 1.9-3.3 times the read
+  floor, bound by latency at 4 warps per scheduler rather than by issue or
+  bandwidth (``benchmarks/fixed_history_attention_h200.md``, "A
+  warp-specialized Gluon kernel").
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
