@@ -475,14 +475,14 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
                 dict(ws, rows=128, ring=4, raw_slots=4),
             ),
         ]
-    if scales:  # 4 staged bf16 tiles exceed the shared memory
+    if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)
         variants.append(
             (
                 "warp-specialized, 64-key tiles, 4 staged, ring 3, 1/SM",
                 dict(ws, raw_slots=4, ring=3, **big),
             )
         )
-    if scales:  # fp8: also float16 MMAs (K/V converted to float16 only)
+        # float16 MMAs (K/V converted to float16 only)
         variants += [
             (f"{name}, float16 dots", dict(kwargs, f16_dots=True))
             for name, kwargs in variants[1:]
