@@ -150,8 +150,10 @@ def _copy_kv_tile(
 ):
     """Start copying keys ``start .. start + BLOCK_N - 1`` of one KV head into
     the shared-memory ``slot`` (zeros where ``ok`` is false), through their
-    pages ``page``. Each thread copies the pieces of ``layout`` that it later
-    reads back, so waiting for its own copies is enough."""
+    pages ``page``. Each thread copies the pieces of ``layout``: where the
+    same thread reads them back (the staging slots) waiting for its own
+    copies is enough; where other warps read them (the ring of
+    ``_ws_copy_partition``) every thread must have waited first."""
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     pos = start + offs_n
