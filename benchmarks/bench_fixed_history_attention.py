@@ -466,6 +466,11 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             "warp-specialized, 32-key tiles, 6 staged, 2/SM",
             dict(ws, block_n=32, raw_slots=6),
         ),
+        ("warp-specialized, overlapped softmax, 2/SM", dict(ws, overlap=True)),
+        (
+            "warp-specialized, overlapped softmax, ring 3, 2/SM",
+            dict(ws, overlap=True, ring=3),
+        ),
     ]
     if shape[2] * shape[4] // shape[5] >= 128:  # 128 rows without padding
         variants += [
@@ -473,6 +478,15 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             (
                 "warp-specialized, 128-row tiles, ring 4, 4 staged, 1/SM",
                 dict(ws, rows=128, ring=4, raw_slots=4),
+            ),
+            (
+                "warp-specialized, 128-row tiles, overlapped softmax, 1/SM",
+                dict(ws, rows=128, overlap=True),
+            ),
+            (
+                "warp-specialized, 128-row tiles, overlapped softmax, ring 4, "
+                "4 staged, 1/SM",
+                dict(ws, rows=128, overlap=True, ring=4, raw_slots=4),
             ),
         ]
     if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)

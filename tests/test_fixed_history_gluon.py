@@ -43,6 +43,7 @@ def _compile(
     raw_slots=2,
     ring=2,
     rows=64,
+    overlap=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -80,7 +81,9 @@ def _compile(
         num_warps=rows // 16,
     )
     if kernel_name == "fixed_history_ws_kernel":
-        constants.update(NUM_BUF=ring, NUM_RAW=raw_slots, WORKER_REGS=worker_regs)
+        constants.update(
+            NUM_BUF=ring, NUM_RAW=raw_slots, WORKER_REGS=worker_regs, OVERLAP=overlap
+        )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
     aligned = [n for n in names if signature[n].startswith("*")]
@@ -192,6 +195,16 @@ _KERNELS = {
     "ws-128rows-ring4-raw4": {
         "warp_specialized": True,
         "rows": 128,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    # The softmax of tile t beside P V of tile t - 1 (two ring buffers held).
+    "ws-overlap": {"warp_specialized": True, "overlap": True},
+    "ws-overlap-ring3": {"warp_specialized": True, "overlap": True, "ring": 3},
+    "ws-128rows-overlap-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "overlap": True,
         "ring": 4,
         "raw_slots": 4,
     },
