@@ -82,7 +82,11 @@ def _compile(
     )
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(
-            NUM_BUF=ring, NUM_RAW=raw_slots, WORKER_REGS=worker_regs, OVERLAP=overlap
+            NUM_BUF=ring,
+            NUM_RAW=raw_slots,
+            WORKER_REGS=worker_regs,
+            OVERLAP=overlap,
+            COPIES_AHEAD=ring - 1 - int(overlap),
         )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)

@@ -557,12 +557,14 @@ def _ws_copy_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    NUM_BUF: gl.constexpr,
+    NUM_BUF: gl.constexpr, AHEAD: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup for caches in q's dtype (nothing to convert):
     every key tile copied with ``cp.async`` straight into ring buffer
-    ``it % NUM_BUF`` once that buffer is free, and signalled once
-    ``NUM_BUF - 1`` newer copies are in flight (the last ones at the end)."""
+    ``it % NUM_BUF`` once that buffer is free, and signalled once ``AHEAD``
+    newer copies are in flight (the last ones at the end). ``AHEAD`` is
+    ``NUM_BUF - 1``, or ``NUM_BUF - 2`` where the multiplying warps hold two
+    buffers while they wait for the next (else neither side could go on)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
     it = 0  # tiles whose copies were issued
     done = 0  # tiles signalled
@@ -594,9 +596,9 @@ def _ws_copy_partition(
                     kv_layout,
                 )  # fmt: skip
                 it += 1
-                if it - done == NUM_BUF:
+                if it - done == AHEAD + 1:
                     # The oldest tile in flight has landed, from every thread.
-                    async_copy.wait_group(NUM_BUF - 1)
+                    async_copy.wait_group(AHEAD)
                     fence_async_shared()
                     gl.barrier()
                     mbarrier.arrive(ready.index(done % NUM_BUF), count=1)
@@ -715,7 +717,7 @@ def fixed_history_ws_kernel(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
-    OVERLAP: gl.constexpr, num_warps: gl.constexpr,
+    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -797,6 +799,7 @@ def fixed_history_ws_kernel(
                         stride_k_head, stride_v_blk, stride_v_slot,
                         stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
                         BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
+                        COPIES_AHEAD,
                     ),
                 ),
             ],
@@ -956,6 +959,9 @@ def fixed_history_attention_wgmma(
             NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
             OVERLAP=overlap,
+            # A tile held by the multiplying warps while they wait for the
+            # next cannot be refilled: one copy in flight less.
+            COPIES_AHEAD=ring - 1 - int(overlap),
             num_warps=rows // 16,
             maxnreg=maxnreg,
         )
