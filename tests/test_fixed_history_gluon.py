@@ -144,6 +144,26 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+def test_overlapped_softmax_leaves_its_mmas_asynchronous(kv_dtype):
+    # Tile t's S, then tile t - 1's P V, then a wait for S alone: four
+    # waits in all (the first tile's S, the two in the loop, the last P V).
+    # More would mean that ptxas serialized the MMAs, which it does when it
+    # cannot prove that P's registers outlive its MMA.
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *(kv_dtype, 8, 128),
+        maxnreg=168,
+        ring=4,
+        raw_slots=4,
+        rows=128,
+        overlap=True,
+    )
+    assert code.registers <= 168
+    assert code.count("HGMMA") > 0
+    assert code.count("WARPGROUP.DEPBAR") == 4, code.instructions
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
     # 8 multiplying warps (two warpgroups of 64 rows), one program per SM:
     # 168 registers at launch; a ring of 4 converted tiles (and for fp8 4
