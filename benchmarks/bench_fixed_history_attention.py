@@ -449,9 +449,10 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
     return results
 
 
-def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
+def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
     """The Gluon kernels' variants (sm_90 only) at this shape: time and
-    difference from the default kernel's output, per variant."""
+    difference from the default kernel's output, per variant (those whose
+    name contains ``only``, where given)."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
@@ -466,6 +467,11 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             "warp-specialized, 32-key tiles, 6 staged, 2/SM",
             dict(ws, block_n=32, raw_slots=6),
         ),
+        ("warp-specialized, overlapped softmax, 2/SM", dict(ws, overlap=True)),
+        (
+            "warp-specialized, overlapped softmax, ring 3, 2/SM",
+            dict(ws, overlap=True, ring=3),
+        ),
     ]
     if shape[2] * shape[4] // shape[5] >= 128:  # 128 rows without padding
         variants += [
@@ -473,6 +479,15 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             (
                 "warp-specialized, 128-row tiles, ring 4, 4 staged, 1/SM",
                 dict(ws, rows=128, ring=4, raw_slots=4),
+            ),
+            (
+                "warp-specialized, 128-row tiles, overlapped softmax, 1/SM",
+                dict(ws, rows=128, overlap=True),
+            ),
+            (
+                "warp-specialized, 128-row tiles, overlapped softmax, ring 4, "
+                "4 staged, 1/SM",
+                dict(ws, rows=128, overlap=True, ring=4, raw_slots=4),
             ),
         ]
     if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)
@@ -488,6 +503,8 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want):
             for name, kwargs in variants[1:]
         ]
     for name, kwargs in variants:
+        if only and only not in name:
+            continue
         out = torch.full_like(q, float("nan"))
         fn = functools.partial(
             fixed_history_attention_wgmma,
@@ -599,7 +616,9 @@ def run_shape(idx, shape, kv_dtype, bw, args):
             best_sweep = res[0]
 
     if args.gluon:
-        time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, ref_out)
+        time_gluon(
+            shape, q, k, v, bt, ctx, qsl, scale, scales, ref_out, args.gluon_only
+        )
 
     t_sdpa = float("nan")
     if not args.kernel_only:
@@ -728,6 +747,12 @@ def parse_args(argv=None):
         "--gluon",
         action="store_true",
         help="also time the Gluon kernels' variants (sm_90 GPUs only)",
+    )
+    ap.add_argument(
+        "--gluon-only",
+        metavar="TEXT",
+        default=None,
+        help="with --gluon: only the variants whose name contains TEXT",
     )
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")

@@ -1055,16 +1055,15 @@ if not _IN_CHILD:
             ((4, 8192, 8, 4096, 32, 8, 128), False),  # few items: split
             ((64, 8192, 4, 4096, 32, 8, 128), False),  # 16-row tiles
             ((256, 8192, 2, 4096, 64, 4, 128), False),  # GQA 16
+            ((4, 8192, 8, 200, 32, 8, 128), True),  # few items, short window
         ],
     )
     def test_plan_gluon_where_measured_faster(shape, gluon, kv_fp8):
-        # On a device that runs it, fp8 caches only (the bf16 route has not
-        # passed its GPU tests through the launch yet): D = 128 tiles of 32
-        # rows (widened to 64) with one split, and of 128 rows with items
-        # for 7/8 of the SMs; GQA 1 to 8.
+        # On a device that runs it, fp8 and bf16 caches alike: D = 128 tiles
+        # of 32 rows (widened to 64) with one split, and of 128 rows with
+        # items for 7/8 of the SMs; GQA 1 to 8.
         device = torch.device("cuda", 0)
         plan = _plan_for(shape, device, kv_fp8=kv_fp8, gluon=True)
-        gluon = gluon and kv_fp8
         assert plan.gluon is gluon, plan
         if gluon:
             group = shape[4] // shape[5]
@@ -1713,9 +1712,8 @@ if not _IN_CHILD:
     @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
     def test_cuda_gluon_path_cache_in_q_dtype(name, dtype):
         """Caches in q's dtype, copied straight into the Gluon kernel's MMA
-        buffers, through the launch with the fp8 plan of the same shape (the
-        policy does not take this route yet)."""
-        case, plan = _gluon_case(name, True, extra_rows=3)
+        buffers, through the launch with the default plan."""
+        case, plan = _gluon_case(name, False, extra_rows=3)
         _run_and_check(case, dtype=dtype, device="cuda", plan=plan, extra_rows=3)
 
     @pytest.mark.cuda

@@ -43,6 +43,7 @@ def _compile(
     raw_slots=2,
     ring=2,
     rows=64,
+    overlap=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -80,7 +81,13 @@ def _compile(
         num_warps=rows // 16,
     )
     if kernel_name == "fixed_history_ws_kernel":
-        constants.update(NUM_BUF=ring, NUM_RAW=raw_slots, WORKER_REGS=worker_regs)
+        constants.update(
+            NUM_BUF=ring,
+            NUM_RAW=raw_slots,
+            WORKER_REGS=worker_regs,
+            OVERLAP=overlap,
+            COPIES_AHEAD=ring - 1 - int(overlap),
+        )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
     aligned = [n for n in names if signature[n].startswith("*")]
@@ -134,6 +141,26 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
         # HADD2.F32 under Triton 3.7, F2F.BF16.F16 under 3.9).
         assert code.count("F2FP.F16.E4M3.UNPACK_B") > 0
         assert code.count("HADD2.F32") == code.count("F2F.BF16.F16") == 0
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+def test_overlapped_softmax_leaves_its_mmas_asynchronous(kv_dtype):
+    # Tile t's S, then tile t - 1's P V, then a wait for S alone: four
+    # waits in all (the first tile's S, the two in the loop, the last P V).
+    # More would mean that ptxas serialized the MMAs, which it does when it
+    # cannot prove that P's registers outlive its MMA.
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *(kv_dtype, 8, 128),
+        maxnreg=168,
+        ring=4,
+        raw_slots=4,
+        rows=128,
+        overlap=True,
+    )
+    assert code.registers <= 168
+    assert code.count("HGMMA") > 0
+    assert code.count("WARPGROUP.DEPBAR") == 4, code.instructions
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
@@ -192,6 +219,16 @@ _KERNELS = {
     "ws-128rows-ring4-raw4": {
         "warp_specialized": True,
         "rows": 128,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    # The softmax of tile t beside P V of tile t - 1 (two ring buffers held).
+    "ws-overlap": {"warp_specialized": True, "overlap": True},
+    "ws-overlap-ring3": {"warp_specialized": True, "overlap": True, "ring": 3},
+    "ws-128rows-overlap-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "overlap": True,
         "ring": 4,
         "raw_slots": 4,
     },

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention written in Gluon for Hopper (sm_90): explicit
 layouts, warpgroup MMAs and warp specialization. The launch policy runs
-``fixed_history_ws_kernel`` for fp8 caches at D = 128, at 64-row and at
-128-row tiles, on sm_90 under Triton 3.7 (``LaunchPlan.gluon``); the rest
-is kept for measurements (``benchmarks/bench_fixed_history_attention.py
---gluon``).
+``fixed_history_ws_kernel`` at D = 128 (fp8 caches and caches in q's dtype),
+at 64-row and at 128-row tiles, on sm_90 under Triton 3.7
+(``LaunchPlan.gluon``); the rest is kept for measurements
+(``benchmarks/bench_fixed_history_attention.py --gluon``).
 
 Why: the Triton kernel (``fixed_history_kernel``) stays at 2-2.4 times the
 fp8 read floor. Its K/V conversion sits in every warp's chain between the
@@ -30,7 +30,9 @@ key split (no partial results):
   (64 rows) and 31% at shape 4 (128 rows); still 1.9-3.3 times the read
   floor, bound by latency at 4 warps per scheduler rather than by issue or
   bandwidth (``benchmarks/fixed_history_attention_h200.md``, "A
-  warp-specialized Gluon kernel").
+  warp-specialized Gluon kernel"). With bf16 caches 4-26% faster (shape 4:
+  1.79 times the floor). ``OVERLAP`` (not in the policy) computes the
+  softmax of tile t while ``P V`` of tile t - 1 runs.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
@@ -246,8 +248,21 @@ def _softmax_step(s, m_i, l_i, acc, key_start, hi, score_scale, dtype: gl.conste
     """One online-softmax update (base 2) with the scores ``s`` of keys
     ``key_start ..``: the new row maxima and sums, ``acc`` rescaled, and the
     weights P as the A operand of ``P V``. Every tile holds a valid key."""
+    p_op, m_new, l_i, alpha_o = _softmax_weights(
+        s, m_i, l_i, key_start, hi, score_scale, dtype, acc.type.layout
+    )
+    return p_op, m_new, l_i, acc * gl.expand_dims(alpha_o, 1)
+
+
+@gluon.jit
+def _softmax_weights(
+    s, m_i, l_i, key_start, hi, score_scale, dtype: gl.constexpr,
+    o_layout: gl.constexpr,
+):  # fmt: skip
+    """``_softmax_step`` without touching the output: the weights P, the new
+    row maxima and sums, and the factor ``alpha`` (in the rows of
+    ``o_layout``) that the output takes before ``P V`` is added."""
     s_layout: gl.constexpr = s.type.layout
-    o_layout: gl.constexpr = acc.type.layout
     BLOCK_N: gl.constexpr = s.shape[1]
     if key_start + BLOCK_N > hi:  # only the last tile has keys to mask
         offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -259,12 +274,11 @@ def _softmax_step(s, m_i, l_i, acc, key_start, hi, score_scale, dtype: gl.conste
     p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    acc = acc * gl.expand_dims(alpha_o, 1)
     p_layout: gl.constexpr = gl.DotOperandLayout(
         operand_index=0, parent=o_layout, k_width=2
     )
     p_op = gl.convert_layout(p.to(dtype), p_layout)
-    return p_op, m_new, l_i, acc
+    return p_op, m_new, l_i, alpha_o
 
 
 @gluon.jit
@@ -545,12 +559,14 @@ def _ws_copy_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    NUM_BUF: gl.constexpr,
+    NUM_BUF: gl.constexpr, AHEAD: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup for caches in q's dtype (nothing to convert):
     every key tile copied with ``cp.async`` straight into ring buffer
-    ``it % NUM_BUF`` once that buffer is free, and signalled once
-    ``NUM_BUF - 1`` newer copies are in flight (the last ones at the end)."""
+    ``it % NUM_BUF`` once that buffer is free, and signalled once ``AHEAD``
+    newer copies are in flight (the last ones at the end). ``AHEAD`` is
+    ``NUM_BUF - 1``, or ``NUM_BUF - 2`` where the multiplying warps hold two
+    buffers while they wait for the next (else neither side could go on)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
     it = 0  # tiles whose copies were issued
     done = 0  # tiles signalled
@@ -582,9 +598,9 @@ def _ws_copy_partition(
                     kv_layout,
                 )  # fmt: skip
                 it += 1
-                if it - done == NUM_BUF:
+                if it - done == AHEAD + 1:
                     # The oldest tile in flight has landed, from every thread.
-                    async_copy.wait_group(NUM_BUF - 1)
+                    async_copy.wait_group(AHEAD)
                     fence_async_shared()
                     gl.barrier()
                     mbarrier.arrive(ready.index(done % NUM_BUF), count=1)
@@ -597,6 +613,50 @@ def _ws_copy_partition(
 
 
 @gluon.jit
+def _overlapped_tiles(
+    q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it, n_tiles, lo, hi,
+    score_scale, NUM_BUF: gl.constexpr, MMA_WARPS: gl.constexpr,
+):  # fmt: skip
+    """The key tiles of one pass (at least one) with the softmax of tile t
+    computed while the tensor cores run ``P V`` of tile t - 1: both tiles'
+    ring buffers are held at once (a ring of 3 or more keeps the loader
+    ahead). Returns the softmax state, the output and the ring position."""
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    dtype: gl.constexpr = v_smem.dtype
+    o_layout: gl.constexpr = acc.type.layout
+    buf = it % NUM_BUF
+    mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
+    s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    # acc is zero before the first tile: no rescaling.
+    p_op, m_i, l_i, _ = _softmax_weights(
+        s, m_i, l_i, lo, hi, score_scale, dtype, o_layout
+    )
+    for t in range(1, n_tiles):
+        prev = buf
+        buf = (it + 1) % NUM_BUF
+        mbarrier.wait(ready.index(buf), ((it + 1) // NUM_BUF) & 1)
+        # S of tile t, then P V of tile t - 1; the MMAs complete in order, so
+        # waiting until one is outstanding waits for S only.
+        s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+        p_prev = p_op
+        acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+        p_op, m_i, l_i, alpha_o = _softmax_weights(
+            s, m_i, l_i, lo + t * BLOCK_N, hi, score_scale, dtype, o_layout
+        )
+        # P of tile t - 1 stays in its registers until its MMA is done.
+        acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
+        mbarrier.arrive(empty.index(prev), count=1)
+        acc = acc * gl.expand_dims(alpha_o, 1)
+        it += 1
+    acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(empty.index(buf), count=1)
+    return m_i, l_i, acc, it + 1
+
+
+@gluon.jit
 def _ws_mma_partition(
     q_smem, k_smem, v_smem, ready, empty,
     q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
@@ -605,7 +665,7 @@ def _ws_mma_partition(
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
-    MMA_WARPS: gl.constexpr,
+    MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -626,16 +686,22 @@ def _ws_mma_partition(
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS,
             )  # fmt: skip
             m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
-            for t in range(0, n_tiles):
-                buf = it % NUM_BUF
-                mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
-                s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
-                m_i, l_i, acc = _finish_tile(
-                    s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N, hi,
-                    score_scale,
+            if OVERLAP:
+                m_i, l_i, acc, it = _overlapped_tiles(
+                    q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it,
+                    n_tiles, lo, hi, score_scale, NUM_BUF, MMA_WARPS,
                 )  # fmt: skip
-                mbarrier.arrive(empty.index(buf), count=1)
-                it += 1
+            else:
+                for t in range(0, n_tiles):
+                    buf = it % NUM_BUF
+                    mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
+                    s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+                    m_i, l_i, acc = _finish_tile(
+                        s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N,
+                        hi, score_scale,
+                    )  # fmt: skip
+                    mbarrier.arrive(empty.index(buf), count=1)
+                    it += 1
             _store_output(
                 out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
                 stride_o_t, stride_o_h, GROUP, KV_FP8,
@@ -653,7 +719,7 @@ def fixed_history_ws_kernel(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -693,7 +759,7 @@ def fixed_history_ws_kernel(
                         v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
                         stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
                         GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
-                        F16_DOTS, NUM_BUF, num_warps,
+                        F16_DOTS, NUM_BUF, num_warps, OVERLAP,
                     ),
                 ),
                 (
@@ -723,7 +789,7 @@ def fixed_history_ws_kernel(
                         v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
                         stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
                         GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
-                        F16_DOTS, NUM_BUF, num_warps,
+                        F16_DOTS, NUM_BUF, num_warps, OVERLAP,
                     ),
                 ),
                 (
@@ -735,6 +801,7 @@ def fixed_history_ws_kernel(
                         stride_k_head, stride_v_blk, stride_v_slot,
                         stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
                         BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
+                        COPIES_AHEAD,
                     ),
                 ),
             ],
@@ -827,6 +894,7 @@ def fixed_history_attention_wgmma(
     raw_slots=2,
     ring=2,
     rows=64,
+    overlap=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -847,7 +915,9 @@ def fixed_history_attention_wgmma(
     ``LaunchPlan.fp8_f16_dot``). The warp-specialized kernel's pipeline:
     ``block_n`` keys per tile, ``raw_slots`` tiles staged ahead as loaded,
     ``ring`` converted tiles ahead of the MMAs (shared memory per program:
-    q, ``ring`` converted and ``raw_slots`` loaded K/V tiles)."""
+    q, ``ring`` converted and ``raw_slots`` loaded K/V tiles). ``overlap``:
+    the softmax of each key tile computed while the previous tile's ``P V``
+    runs (it holds two ring buffers: give it a ``ring`` of 3 or more)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -890,6 +960,10 @@ def fixed_history_attention_wgmma(
             NUM_BUF=ring,
             NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
+            OVERLAP=overlap,
+            # A tile held by the multiplying warps while they wait for the
+            # next cannot be refilled: one copy in flight less.
+            COPIES_AHEAD=ring - 1 - int(overlap),
             num_warps=rows // 16,
             maxnreg=maxnreg,
         )

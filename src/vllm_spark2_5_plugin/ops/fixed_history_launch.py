@@ -5,8 +5,8 @@
 host-side values only (no device-to-host sync, so a launch can be captured in a
 CUDA graph); it was tuned on an H200, see
 ``benchmarks/fixed_history_attention_h200.md``. :func:`launch_kernel` runs the
-kernels for a given :class:`LaunchPlan`: the Triton kernel, or on Hopper for
-fp8 caches the warp-specialized Gluon kernel (``ops.fixed_history_gluon``).
+kernels for a given :class:`LaunchPlan`: the Triton kernel, or on Hopper at
+D = 128 the warp-specialized Gluon kernel (``ops.fixed_history_gluon``).
 """
 
 from __future__ import annotations
@@ -155,6 +155,17 @@ def _tile_rows(block_q: int, group: int) -> int:
     return max(16, _next_pow2(block_q * group))
 
 
+def _gluon_widens_bf16(
+    block_q: int, group: int, pairs: int, target: int, est_span: int
+) -> bool:
+    """Whether 32-row D = 128 tiles over a bf16/fp16 cache are widened to 64
+    rows for the Gluon kernel: GQA 1-8 filling the rows exactly, and a single
+    split (the split loop of :func:`plan_launch` stops at once when the items
+    reach ``target`` or the span is shorter than 8 key tiles of 64)."""
+    one_split = pairs >= target or est_span // 2 < 4 * 64
+    return block_q * 2 * group == 64 and group <= 8 and one_split
+
+
 def plan_launch(
     *,
     num_tokens: int,
@@ -188,6 +199,9 @@ def plan_launch(
     persistent = 0
     gluon = False
     target = int(3.5 * num_sms)
+    window = max_kv_len if sliding_window is None else sliding_window
+    est_span = min(max_kv_len, window + avg_q)
+    pairs = max(1, num_reqs * num_kv_heads)
     # asm: page ids through inline PTX, so that K/V are pipelined
     # num_stages - 1 tiles ahead instead of one.
     # fp8 caches take the bf16 tiles except at D <= 64 with up to 32 rows:
@@ -203,11 +217,9 @@ def plan_launch(
         # head) items for most SMs run in the Gluon kernel (8 multiplying
         # warps, one program per SM, one split): 31% faster than the Triton
         # kernel's two splits at the benchmark's shape 4, 128 items on 132
-        # SMs (H200, Triton 3.7.1, 2026-12-01). bf16 caches: 26% faster, but
-        # not yet through this launch on a GPU (as above).
+        # SMs (H200, Triton 3.7.1, 2026-12-01); with bf16 caches, 26%.
         if (
-            kv_fp8
-            and head_dim == 128
+            head_dim == 128
             and block_m == 128
             and block_q * group == 128
             and group <= 8
@@ -217,7 +229,17 @@ def plan_launch(
             gluon, target = True, 0
     elif head_dim >= 256:
         block_n, num_warps, num_stages = 64, 8, 2
-    elif head_dim == 128 and kv_fp8 and block_m == 32:
+    elif (
+        head_dim == 128
+        and block_m == 32
+        and (
+            kv_fp8
+            or (
+                _gluon_widens_bf16(block_q, group, pairs, target, est_span)
+                and gluon_supported(device)
+            )
+        )
+    ):
         # fp8 cache, 32-row tiles: twice the queries per tile (the extra rows
         # are masked), so that the dots run as warpgroup MMAs from shared
         # memory, where the converted K and V tiles are stored once instead
@@ -231,9 +253,10 @@ def plan_launch(
         # On Hopper, the warp-specialized Gluon kernel over the same 64-row
         # tiles: 9.5-11.5% faster than the Triton kernel at these three
         # shapes (H200, Triton 3.7.1, 2026-12-01); run there with 1 to 8
-        # query heads per KV head. (With bf16 caches, copied straight into
-        # its MMA buffers, it was 3-12% faster too, but that route has not
-        # yet passed the GPU tests through this launch: not in the policy.)
+        # query heads per KV head. bf16 caches, copied straight into its MMA
+        # buffers, were 3-12% faster too; they take the widened tiles only
+        # where the Gluon kernel then runs them (the widened Triton kernel was
+        # measured with fp8 caches only).
         gluon = block_q * group == 64 and group <= 8 and gluon_supported(device)
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
@@ -255,8 +278,6 @@ def plan_launch(
 
     # Enough programs to fill the GPU, but keep each split at least a few key
     # tiles long (estimated from static bounds).
-    window = max_kv_len if sliding_window is None else sliding_window
-    est_span = min(max_kv_len, window + avg_q)
     # At D <= 64 with up to 32 rows per tile, two splits even when the items
     # alone fill the GPU: 15% faster (bf16) and 11% (fp8) at the benchmark's
     # shape 5 under Triton 3.7.1, where one split missed the floor goal
@@ -267,7 +288,6 @@ def plan_launch(
     if block_m <= 16 and not kv_fp8:
         min_splits = 1
     splits = 1
-    pairs = max(1, num_reqs * num_kv_heads)
     while (
         (pairs * splits < target or splits < min_splits)
         and est_span // (splits * 2) >= 4 * block_n
