@@ -3,7 +3,9 @@
 
 * On any machine: both kernels compile for sm_90 with the installed Triton
   (no GPU needed), within the register file, with warpgroup MMAs, and the
-  warp-specialized one with its register reallocation.
+  warp-specialized one with its register reallocation; and the direct-copy
+  loader's signalling rule (``copies_ahead``) against a model of the ring's
+  barrier protocol, which deadlocks with the rule that hung on the GPU.
 * With an sm_90 GPU (skipped otherwise): both against the float64 reference
   (fp8 and bf16 caches, GQA 1 to 8, windows, empty requests, several query
   passes, padding rows left untouched). Gluon does not run under Triton's
@@ -86,7 +88,7 @@ def _compile(
             NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
             OVERLAP=overlap,
-            COPIES_AHEAD=ring - 1 - int(overlap),
+            COPIES_AHEAD=gluon_ops.copies_ahead(ring, overlap),
         )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
@@ -184,6 +186,69 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
         assert code.count("LDS.128") == code.count("F2FP.F16.E4M3") == 0, (
             code.instructions
         )
+
+
+def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
+    """The direct-copy loader and the multiplying warps as two processes
+    that wait on the ring's barriers in turn (counts of arrivals standing
+    for the mbarrier phases): True if both get through ``tiles`` key tiles,
+    False if neither can go on. The loader copies tile j into buffer
+    ``j % ring`` once the multiplying warps have released tile ``j - ring``,
+    and signals a tile once ``ahead`` newer copies are in flight; the
+    multiplying warps release each tile after its P V, holding tile t - 1
+    while they wait for tile t when the softmax overlaps."""
+    ready, empty = [0] * ring, [0] * ring
+
+    def landed(j):
+        return ready[j % ring] >= j // ring + 1
+
+    def loader():
+        done = 0
+        for j in range(tiles):
+            while empty[j % ring] < j // ring:
+                yield
+            if j + 1 - done == ahead + 1:
+                ready[done % ring] += 1
+                done += 1
+        for j in range(done, tiles):
+            ready[j % ring] += 1
+
+    def multiplier():
+        for t in range(tiles):
+            while not landed(t):
+                yield
+            if not overlap:
+                empty[t % ring] += 1
+            elif t:
+                empty[(t - 1) % ring] += 1
+        if overlap:
+            empty[(tiles - 1) % ring] += 1
+
+    sides = [loader(), multiplier()]
+    for _ in range(100 * tiles):
+        for side in list(sides):
+            try:
+                next(side)
+            except StopIteration:
+                sides.remove(side)
+        if not sides:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("ring", [2, 3, 4])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_direct_copy_loader_never_waits_on_a_held_buffer(ring, overlap):
+    # The launch's copies_ahead against a model of the barrier protocol; the
+    # first overlapped version (ring - 1 copies ahead) hung on the H200, and
+    # the model shows why.
+    from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+
+    ahead = gluon_ops.copies_ahead(ring, overlap)
+    assert ahead >= 0
+    assert _ring_protocol_finishes(ring, ahead, overlap)
+    if overlap:
+        assert not _ring_protocol_finishes(ring, ring - 1, overlap)
 
 
 # ---------------------------------------------------------------------------

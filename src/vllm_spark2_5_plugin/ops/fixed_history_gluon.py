@@ -810,6 +810,14 @@ def fixed_history_ws_kernel(
         )  # fmt: skip
 
 
+def copies_ahead(ring: int, overlap: bool) -> int:
+    """How many newer copies the direct-copy loader (a cache in q's dtype)
+    keeps in flight when it signals a tile: ``ring - 1``, one less with the
+    overlapped softmax, where the multiplying warps hold a tile while they
+    wait for the next one, so that its buffer cannot be refilled yet."""
+    return ring - 1 - int(overlap)
+
+
 def kernel_arguments(
     q,
     k_cache,
@@ -961,9 +969,7 @@ def fixed_history_attention_wgmma(
             NUM_RAW=raw_slots,
             WORKER_REGS=worker_regs,
             OVERLAP=overlap,
-            # A tile held by the multiplying warps while they wait for the
-            # next cannot be refilled: one copy in flight less.
-            COPIES_AHEAD=ring - 1 - int(overlap),
+            COPIES_AHEAD=copies_ahead(ring, overlap),
             num_warps=rows // 16,
             maxnreg=maxnreg,
         )
