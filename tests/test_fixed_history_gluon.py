@@ -145,28 +145,9 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
         assert code.count("HADD2.F32") == code.count("F2F.BF16.F16") == 0
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
-def test_overlapped_softmax_leaves_its_mmas_asynchronous(kv_dtype):
-    # Tile t's S, then tile t - 1's P V, then a wait for S alone: four
-    # waits in all (the first tile's S, the two in the loop, the last P V).
-    # More would mean that ptxas serialized the MMAs, which it does when it
-    # cannot prove that P's registers outlive its MMA.
-    code = _compile(
-        "fixed_history_ws_kernel",
-        *(kv_dtype, 8, 128),
-        maxnreg=168,
-        ring=4,
-        raw_slots=4,
-        rows=128,
-        overlap=True,
-    )
-    assert code.registers <= 168
-    assert code.count("HGMMA") > 0
-    assert code.count("WARPGROUP.DEPBAR") == 4, code.instructions
-
-
-@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
-def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
+def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
     # 8 multiplying warps (two warpgroups of 64 rows), one program per SM:
     # 168 registers at launch; a ring of 4 converted tiles (and for fp8 4
     # staged ones) within the SM's shared memory.
@@ -177,6 +158,7 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
         ring=4,
         raw_slots=4,
         rows=128,
+        overlap=overlap,
     )
     assert code.registers <= 168
     assert code.count("HGMMA") > 0
@@ -186,6 +168,12 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
         assert code.count("LDS.128") == code.count("F2FP.F16.E4M3") == 0, (
             code.instructions
         )
+    # The MMAs' waits: S, then P V. Overlapped: the first tile's S; in the
+    # loop tile t's S and tile t - 1's P V issued, then a wait for S alone
+    # and one for P V; the last P V. More would mean that ptxas serialized
+    # the MMAs, which it does when it cannot prove that P's registers
+    # outlive its MMA.
+    assert code.count("WARPGROUP.DEPBAR") == (4 if overlap else 2), code.instructions
 
 
 def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
