@@ -1073,6 +1073,25 @@ if not _IN_CHILD:
         # (pinned in test_plan_for_the_h200_benchmark_shapes).
         assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
 
+    def test_bf16_plans_change_only_where_the_gluon_kernel_runs():
+        # With a cache in q's dtype, a device that runs the Gluon kernel gets
+        # the Triton plan unchanged except where the plan runs Gluon: the
+        # widened 64-row tiles were measured through the Gluon kernel only,
+        # so the widening must not leave them to the Triton kernel (e.g.
+        # when the key range is split after all).
+        device = torch.device("cuda", 0)
+        gluon_plans = 0
+        for reqs in (1, 4, 16, 58, 116, 256):
+            for window in (None, 100, 200, 300, 1024, 4096):
+                for queries in (1, 4, 8, 16):
+                    for heads, kv_heads in ((8, 8), (16, 8), (32, 8), (32, 4)):
+                        shape = (reqs, 8192, queries, window, heads, kv_heads, 128)
+                        triton = _plan_for(shape, device)
+                        plan = _plan_for(shape, device, gluon=True)
+                        assert plan == triton or plan.gluon, (shape, plan, triton)
+                        gluon_plans += plan.gluon
+        assert gluon_plans > 0
+
     @pytest.mark.parametrize("fp8", [False, True])
     @pytest.mark.parametrize("rows", [64, 128])
     def test_launch_hands_gluon_plans_to_the_gluon_kernel(rows, fp8):
