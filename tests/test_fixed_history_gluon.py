@@ -84,11 +84,9 @@ def _compile(
     )
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(
-            NUM_BUF=ring,
-            NUM_RAW=raw_slots,
-            WORKER_REGS=worker_regs,
-            OVERLAP=overlap,
-            COPIES_AHEAD=gluon_ops.copies_ahead(ring, overlap),
+            gluon_ops.pipeline_constants(
+                ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=overlap
+            )
         )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)

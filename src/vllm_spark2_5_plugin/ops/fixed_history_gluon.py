@@ -818,6 +818,18 @@ def copies_ahead(ring: int, overlap: bool) -> int:
     return ring - 1 - int(overlap)
 
 
+def pipeline_constants(*, ring, raw_slots, worker_regs, overlap):
+    """The warp-specialized kernel's pipeline constants (shared by the launch
+    and the ahead-of-time compile in the tests)."""
+    return dict(
+        NUM_BUF=ring,
+        NUM_RAW=raw_slots,
+        WORKER_REGS=worker_regs,
+        OVERLAP=overlap,
+        COPIES_AHEAD=copies_ahead(ring, overlap),
+    )
+
+
 def kernel_arguments(
     q,
     k_cache,
@@ -965,11 +977,9 @@ def fixed_history_attention_wgmma(
         fixed_history_ws_kernel[grid](
             *args,
             **constants,
-            NUM_BUF=ring,
-            NUM_RAW=raw_slots,
-            WORKER_REGS=worker_regs,
-            OVERLAP=overlap,
-            COPIES_AHEAD=copies_ahead(ring, overlap),
+            **pipeline_constants(
+                ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=overlap
+            ),
             num_warps=rows // 16,
             maxnreg=maxnreg,
         )
