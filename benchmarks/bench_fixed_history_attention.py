@@ -490,6 +490,33 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 dict(ws, rows=128, overlap=True, ring=4, raw_slots=4),
             ),
         ]
+    # The multiplying warps fence each tile instead of the loader (the
+    # direct-copy loader's copies then signal their tiles as they land).
+    moved = dict(ws, fence_in_mma=True)
+    variants += [
+        ("warp-specialized, fence in the MMA warps, 2/SM", moved),
+        (
+            "warp-specialized, fence in the MMA warps, ring 3, 2/SM",
+            dict(moved, ring=3),
+        ),
+    ]
+    if shape[2] * shape[4] // shape[5] >= 128:
+        variants += [
+            (
+                "warp-specialized, 128-row tiles, fence in the MMA warps, 1/SM",
+                dict(moved, rows=128),
+            ),
+            (
+                "warp-specialized, 128-row tiles, fence in the MMA warps, ring 4, "
+                "4 staged, 1/SM",
+                dict(moved, rows=128, ring=4, raw_slots=4),
+            ),
+            (
+                "warp-specialized, 128-row tiles, fence in the MMA warps, "
+                "overlapped softmax, ring 4, 4 staged, 1/SM",
+                dict(moved, rows=128, ring=4, raw_slots=4, overlap=True),
+            ),
+        ]
     if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)
         variants.append(
             (

@@ -46,6 +46,7 @@ def _compile(
     ring=2,
     rows=64,
     overlap=False,
+    fence_in_mma=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -85,7 +86,11 @@ def _compile(
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(
             gluon_ops.pipeline_constants(
-                ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=overlap
+                ring=ring,
+                raw_slots=raw_slots,
+                worker_regs=worker_regs,
+                overlap=overlap,
+                fence_in_mma=fence_in_mma,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -172,6 +177,35 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
     # the MMAs, which it does when it cannot prove that P's registers
     # outlive its MMA.
     assert code.count("WARPGROUP.DEPBAR") == (4 if overlap else 2), code.instructions
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+@pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
+def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv_dtype):
+    # A fence waits for the thread's outstanding loads, so in the loader it
+    # waits for the block-table reads and copies of the tiles ahead. With
+    # fence_in_mma the multiplying warps fence once per tile after waiting
+    # instead: the fp8 loader signals after a barrier of its warps, and the
+    # direct-copy loader's copies arrive on the tile's barrier themselves
+    # (cp.async.mbarrier.arrive), so it no longer waits for them either.
+    base, moved = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *(kv_dtype, group, 128),
+            maxnreg=maxnreg,
+            rows=rows,
+            fence_in_mma=flag,
+        )
+        for flag in (False, True)
+    )
+    assert moved.registers <= maxnreg
+    assert moved.stack_bytes <= base.stack_bytes, "spills"
+    # bf16: the loader's two fences (its loop's and its last tiles') out, one
+    # in the multiplying loop; fp8: one out of the loader's loop, one in.
+    fewer = 1 if kv_dtype == "bf16" else 0
+    assert moved.count("MEMBAR") == base.count("MEMBAR") - fewer, moved.instructions
+    if kv_dtype == "bf16":
+        assert moved.count("DEPBAR") < base.count("DEPBAR"), moved.instructions
 
 
 def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
@@ -279,6 +313,17 @@ _KERNELS = {
     "ws-128rows-overlap-ring4-raw4": {
         "warp_specialized": True,
         "rows": 128,
+        "overlap": True,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    # The multiplying warps fence each tile after waiting for it (the
+    # direct-copy loader's copies signal their tiles as they land).
+    "ws-fence-in-mma": {"warp_specialized": True, "fence_in_mma": True},
+    "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "fence_in_mma": True,
         "overlap": True,
         "ring": 4,
         "raw_slots": 4,

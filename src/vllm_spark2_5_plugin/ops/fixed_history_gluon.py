@@ -484,11 +484,15 @@ def _ws_load_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
+    FENCE_IN_MMA: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
     that enough bytes are in flight to keep the memory busy), converted and
-    stored into ring buffer ``it % NUM_BUF`` once that buffer is free."""
+    stored into ring buffer ``it % NUM_BUF`` once that buffer is free.
+    ``FENCE_IN_MMA``: signalled after a barrier of the loading warps instead
+    of a fence (which waits for the thread's outstanding loads); the
+    multiplying warps fence after waiting."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
@@ -528,7 +532,10 @@ def _ws_load_partition(
                     k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
                     v_smem.index(buf), kv_layout, KV_FP8,
                 )  # fmt: skip
-                fence_async_shared()
+                if FENCE_IN_MMA:
+                    gl.barrier()  # every loading thread's stores, then the signal
+                else:
+                    fence_async_shared()
                 mbarrier.arrive(ready.index(buf), count=1)
                 # Tile t + NUM_RAW into the slot just read (the barrier that
                 # the compiler puts between the reads and the copy orders
@@ -559,14 +566,18 @@ def _ws_copy_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    NUM_BUF: gl.constexpr, AHEAD: gl.constexpr,
+    NUM_BUF: gl.constexpr, AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup for caches in q's dtype (nothing to convert):
     every key tile copied with ``cp.async`` straight into ring buffer
     ``it % NUM_BUF`` once that buffer is free, and signalled once ``AHEAD``
     newer copies are in flight (the last ones at the end). ``AHEAD`` is
     ``NUM_BUF - 1``, or ``NUM_BUF - 2`` where the multiplying warps hold two
-    buffers while they wait for the next (else neither side could go on)."""
+    buffers while they wait for the next (else neither side could go on).
+    ``FENCE_IN_MMA``: instead, each thread's copies of a tile arrive on its
+    ``ready`` barrier when they land (``cp.async.mbarrier.arrive``), so the
+    loader never waits for memory nor fences (the multiplying warps fence
+    after the barrier); ``ready`` then counts the loader's 128 threads."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
     it = 0  # tiles whose copies were issued
     done = 0  # tiles signalled
@@ -593,12 +604,14 @@ def _ws_copy_partition(
                     stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                     kv_layout,
                 )  # fmt: skip
+                if FENCE_IN_MMA:
+                    async_copy.mbarrier_arrive(ready.index(buf), increment_count=False)
                 page, ok = _tile_pages(
                     bt_row, lo + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N,
                     kv_layout,
                 )  # fmt: skip
                 it += 1
-                if it - done == AHEAD + 1:
+                if not FENCE_IN_MMA and it - done == AHEAD + 1:
                     # The oldest tile in flight has landed, from every thread.
                     async_copy.wait_group(AHEAD)
                     fence_async_shared()
@@ -606,16 +619,28 @@ def _ws_copy_partition(
                     mbarrier.arrive(ready.index(done % NUM_BUF), count=1)
                     done += 1
     async_copy.wait_group(0)
-    fence_async_shared()
-    gl.barrier()
-    for j in range(done, it):
-        mbarrier.arrive(ready.index(j % NUM_BUF), count=1)
+    if not FENCE_IN_MMA:
+        fence_async_shared()
+        gl.barrier()
+        for j in range(done, it):
+            mbarrier.arrive(ready.index(j % NUM_BUF), count=1)
+
+
+@gluon.jit
+def _wait_tile(ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr):
+    """Wait until ring buffer ``it % NUM_BUF`` holds tile ``it``; ``FENCE``
+    where the loader signalled with its copies' own arrivals and did not
+    fence them for the MMAs (``FENCE_IN_MMA``)."""
+    mbarrier.wait(ready.index(it % NUM_BUF), (it // NUM_BUF) & 1)
+    if FENCE:
+        fence_async_shared()
 
 
 @gluon.jit
 def _overlapped_tiles(
     q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it, n_tiles, lo, hi,
     score_scale, NUM_BUF: gl.constexpr, MMA_WARPS: gl.constexpr,
+    FENCE: gl.constexpr,
 ):  # fmt: skip
     """The key tiles of one pass (at least one) with the softmax of tile t
     computed while the tensor cores run ``P V`` of tile t - 1: both tiles'
@@ -625,7 +650,7 @@ def _overlapped_tiles(
     dtype: gl.constexpr = v_smem.dtype
     o_layout: gl.constexpr = acc.type.layout
     buf = it % NUM_BUF
-    mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
+    _wait_tile(ready, it, NUM_BUF, FENCE)
     s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     # acc is zero before the first tile: no rescaling.
@@ -635,7 +660,7 @@ def _overlapped_tiles(
     for t in range(1, n_tiles):
         prev = buf
         buf = (it + 1) % NUM_BUF
-        mbarrier.wait(ready.index(buf), ((it + 1) // NUM_BUF) & 1)
+        _wait_tile(ready, it + 1, NUM_BUF, FENCE)
         # S of tile t, then P V of tile t - 1; the MMAs complete in order, so
         # waiting until one is outstanding waits for S only.
         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
@@ -665,7 +690,7 @@ def _ws_mma_partition(
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
-    MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr,
+    MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -690,11 +715,12 @@ def _ws_mma_partition(
                 m_i, l_i, acc, it = _overlapped_tiles(
                     q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it,
                     n_tiles, lo, hi, score_scale, NUM_BUF, MMA_WARPS,
+                    FENCE_IN_MMA,
                 )  # fmt: skip
             else:
                 for t in range(0, n_tiles):
                     buf = it % NUM_BUF
-                    mbarrier.wait(ready.index(buf), (it // NUM_BUF) & 1)
+                    _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
                     s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                     m_i, l_i, acc = _finish_tile(
                         s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N,
@@ -719,7 +745,8 @@ def fixed_history_ws_kernel(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
-    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, num_warps: gl.constexpr,
+    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -737,8 +764,11 @@ def fixed_history_ws_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    # FENCE_IN_MMA with a cache in q's dtype: every thread of the loading
+    # warpgroup arrives on ready, through its copies.
+    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 else 1
     for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=1)
     if KV_FP8:
         # The tiles as loaded, before conversion.
@@ -759,7 +789,7 @@ def fixed_history_ws_kernel(
                         v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
                         stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
                         GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
-                        F16_DOTS, NUM_BUF, num_warps, OVERLAP,
+                        F16_DOTS, NUM_BUF, num_warps, OVERLAP, FENCE_IN_MMA,
                     ),
                 ),
                 (
@@ -771,7 +801,7 @@ def fixed_history_ws_kernel(
                         stride_k_slot, stride_k_head, stride_v_blk,
                         stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
                         BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                        KV_FP8, NUM_BUF, NUM_RAW,
+                        KV_FP8, NUM_BUF, NUM_RAW, FENCE_IN_MMA,
                     ),
                 ),
             ],
@@ -790,6 +820,7 @@ def fixed_history_ws_kernel(
                         stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
                         GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
                         F16_DOTS, NUM_BUF, num_warps, OVERLAP,
+                        FENCE_IN_MMA,
                     ),
                 ),
                 (
@@ -801,7 +832,7 @@ def fixed_history_ws_kernel(
                         stride_k_head, stride_v_blk, stride_v_slot,
                         stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
                         BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
-                        COPIES_AHEAD,
+                        COPIES_AHEAD, FENCE_IN_MMA,
                     ),
                 ),
             ],
@@ -818,7 +849,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
     return ring - 1 - int(overlap)
 
 
-def pipeline_constants(*, ring, raw_slots, worker_regs, overlap):
+def pipeline_constants(*, ring, raw_slots, worker_regs, overlap, fence_in_mma=False):
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
     return dict(
@@ -827,6 +858,7 @@ def pipeline_constants(*, ring, raw_slots, worker_regs, overlap):
         WORKER_REGS=worker_regs,
         OVERLAP=overlap,
         COPIES_AHEAD=copies_ahead(ring, overlap),
+        FENCE_IN_MMA=fence_in_mma,
     )
 
 
@@ -915,6 +947,7 @@ def fixed_history_attention_wgmma(
     ring=2,
     rows=64,
     overlap=False,
+    fence_in_mma=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -937,7 +970,12 @@ def fixed_history_attention_wgmma(
     ``ring`` converted tiles ahead of the MMAs (shared memory per program:
     q, ``ring`` converted and ``raw_slots`` loaded K/V tiles). ``overlap``:
     the softmax of each key tile computed while the previous tile's ``P V``
-    runs (it holds two ring buffers: give it a ``ring`` of 3 or more)."""
+    runs (it holds two ring buffers: give it a ``ring`` of 3 or more).
+    ``fence_in_mma``: the multiplying warps fence each tile after waiting
+    for it, instead of the loader before signalling it (a fence waits for
+    the thread's outstanding loads, the loader's block-table reads and
+    copies among them); with a cache in q's dtype the loader's copies then
+    signal their tile themselves as they land, so that it never waits."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -978,7 +1016,11 @@ def fixed_history_attention_wgmma(
             *args,
             **constants,
             **pipeline_constants(
-                ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=overlap
+                ring=ring,
+                raw_slots=raw_slots,
+                worker_regs=worker_regs,
+                overlap=overlap,
+                fence_in_mma=fence_in_mma,
             ),
             num_warps=rows // 16,
             maxnreg=maxnreg,
