@@ -532,21 +532,22 @@ def _ws_load_partition(
                     k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
                     v_smem.index(buf), kv_layout, KV_FP8,
                 )  # fmt: skip
-                if FENCE_IN_MMA:
-                    gl.barrier()  # every loading thread's stores, then the signal
-                else:
-                    fence_async_shared()
-                mbarrier.arrive(ready.index(buf), count=1)
                 # Tile t + NUM_RAW into the slot just read (the barrier that
                 # the compiler puts between the reads and the copy orders
-                # them), through pages loaded an iteration ago; then the
-                # next tile's pages.
+                # them), through pages loaded an iteration ago, before the
+                # signal: a fence waits for the thread's loads in flight, and
+                # the copy has consumed these. Then the next tile's pages.
                 _copy_kv_tiles(
                     k_raw.index(slot), v_raw.index(slot), k_head, v_head, page,
                     ok, lo + (t + NUM_RAW) * BLOCK_N, stride_k_blk,
                     stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
                     BLOCK_N, HEAD_DIM, kv_layout,
                 )  # fmt: skip
+                if FENCE_IN_MMA:
+                    gl.barrier()  # every loading thread's stores, then the signal
+                else:
+                    fence_async_shared()
+                mbarrier.arrive(ready.index(buf), count=1)
                 page, ok = _tile_pages(
                     bt_row, lo + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
                     BLOCK_N, kv_layout,
@@ -606,10 +607,6 @@ def _ws_copy_partition(
                 )  # fmt: skip
                 if FENCE_IN_MMA:
                     async_copy.mbarrier_arrive(ready.index(buf), increment_count=False)
-                page, ok = _tile_pages(
-                    bt_row, lo + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N,
-                    kv_layout,
-                )  # fmt: skip
                 it += 1
                 if not FENCE_IN_MMA and it - done == AHEAD + 1:
                     # The oldest tile in flight has landed, from every thread.
@@ -618,6 +615,13 @@ def _ws_copy_partition(
                     gl.barrier()
                     mbarrier.arrive(ready.index(done % NUM_BUF), count=1)
                     done += 1
+                # The next tile's pages only now: a fence waits for the
+                # thread's loads still in flight, and these are not needed
+                # before the next copy.
+                page, ok = _tile_pages(
+                    bt_row, lo + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N,
+                    kv_layout,
+                )  # fmt: skip
     async_copy.wait_group(0)
     if not FENCE_IN_MMA:
         fence_async_shared()
