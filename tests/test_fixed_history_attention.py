@@ -1128,7 +1128,11 @@ if not _IN_CHILD:
             assert args[9] is scales[0] and args[10] is scales[1]
         else:
             assert args[9:] == (None, None)
-        assert kwargs == {"warp_specialized": True, "f16_dots": False, "rows": rows}
+        expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
+        if rows == 128 and not fp8:
+            # The multiplying warps fence, with a ring of 4 (measured faster).
+            expected.update(fence_in_mma=True, ring=4)
+        assert kwargs == expected
         # Head dims its GPU tests did not cover: the Triton launch instead.
         case = case._replace(head_dim=256)
         q, k, v, bt, ctx, qsl = _make_inputs(
@@ -1153,6 +1157,36 @@ if not _IN_CHILD:
         assert not ops.gluon_supported(torch.device("cpu"))
         if not torch.cuda.is_available():
             assert not ops.gluon_supported(torch.device("cuda", 0))
+
+    def test_gluon_kernel_turned_off_by_its_environment_variable(
+        monkeypatch, caplog
+    ):
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        # A Hopper GPU as far as gluon_supported can tell.
+        monkeypatch.setattr(launch, "interpreting", lambda: False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(launch, "_gluon_device", lambda idx: True)
+        monkeypatch.setattr(torch.version, "hip", None)
+        monkeypatch.setattr(launch, "sm_count", lambda device: 132)  # an H200
+        cuda = torch.device("cuda", 0)
+        monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
+        assert ops.gluon_supported(cuda)
+        for value, on in [("0", False), (" Off", False), ("1", True), ("yes", True)]:
+            monkeypatch.setenv("SPARK2_5_GLUON", value)
+            assert ops.gluon_supported(cuda) is on, value
+        # Not a word it knows: left on, and the warning names the value.
+        monkeypatch.setenv("SPARK2_5_GLUON", "disable")
+        with caplog.at_level("WARNING", logger="vllm.spark2_5_plugin.ops"):
+            assert ops.gluon_supported(cuda)
+        assert "SPARK2_5_GLUON='disable'" in caplog.text
+        # Off: the plans are the Triton kernel's, as on any other GPU.
+        monkeypatch.setenv("SPARK2_5_GLUON", "0")
+        plan = ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda)
+        assert not plan.gluon
+        monkeypatch.setenv("SPARK2_5_GLUON", "1")
+        plan = ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda)
+        assert plan.gluon
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):

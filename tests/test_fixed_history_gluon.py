@@ -320,6 +320,13 @@ _KERNELS = {
     # The multiplying warps fence each tile after waiting for it (the
     # direct-copy loader's copies signal their tiles as they land).
     "ws-fence-in-mma": {"warp_specialized": True, "fence_in_mma": True},
+    # The launch's choice for 128-row tiles of a cache in q's dtype.
+    "ws-128rows-fence-in-mma-ring4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "fence_in_mma": True,
+        "ring": 4,
+    },
     "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
         "warp_specialized": True,
         "rows": 128,
