@@ -1158,9 +1158,7 @@ if not _IN_CHILD:
         if not torch.cuda.is_available():
             assert not ops.gluon_supported(torch.device("cuda", 0))
 
-    def test_gluon_kernel_turned_off_by_its_environment_variable(
-        monkeypatch, caplog
-    ):
+    def test_gluon_kernel_turned_off_by_its_environment_variable(monkeypatch, caplog):
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
         # A Hopper GPU as far as gluon_supported can tell.

@@ -162,8 +162,7 @@ def gluon_allowed(value: str | None) -> bool:
         return False
     if word not in _ON:
         logging.getLogger("vllm.spark2_5_plugin.ops").warning(
-            "%s=%r is not one of %s (off) or %s (on); leaving the Gluon "
-            "kernel on",
+            "%s=%r is not one of %s (off) or %s (on); leaving the Gluon kernel on",
             GLUON_ENV,
             value,
             "/".join(_OFF),
