@@ -1185,6 +1185,11 @@ if not _IN_CHILD:
         monkeypatch.setenv("SPARK2_5_GLUON", "1")
         plan = ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda)
         assert plan.gluon
+        # Plans are cached (a decode step asks for the same shapes each time),
+        # by the switch's effect too, as the two plans above show.
+        assert (
+            ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda) is plan
+        )
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):

@@ -224,9 +224,44 @@ def plan_launch(
     (max_blocks * block_size), ``num_sms`` defaults to ``sm_count(device)``
     and ``kv_fp8`` says the caches are fp8.
     The branches and their measurements: ``docs/kernel.md`` and
-    ``benchmarks/fixed_history_attention_h200.md``.
+    ``benchmarks/fixed_history_attention_h200.md``. Plans are cached by
+    these values (a decode step asks for the same few shapes again and
+    again).
     """
-    num_sms = sm_count(device) if num_sms is None else num_sms
+    return _plan(
+        num_tokens=num_tokens,
+        num_reqs=num_reqs,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        sliding_window=sliding_window,
+        max_kv_len=max_kv_len,
+        num_sms=sm_count(device) if num_sms is None else num_sms,
+        kv_fp8=kv_fp8,
+        on_cuda=device.type == "cuda",
+        nvidia=torch.version.hip is None,
+        gluon_ok=gluon_supported(device),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(
+    *,
+    num_tokens: int,
+    num_reqs: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    sliding_window: int | None,
+    max_kv_len: int,
+    num_sms: int,
+    kv_fp8: bool,
+    on_cuda: bool,
+    nvidia: bool,
+    gluon_ok: bool,
+) -> LaunchPlan:
+    """:func:`plan_launch` from host values only (``nvidia``: not a ROCm
+    build of torch; ``gluon_ok``: the Gluon kernel can run on the device)."""
     group = num_heads // num_kv_heads
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -263,7 +298,7 @@ def plan_launch(
             and block_q * group == 128
             and group <= 8
             and num_reqs * num_kv_heads >= num_sms * 7 // 8
-            and gluon_supported(device)
+            and gluon_ok
         ):
             gluon, target = True, 0
     elif head_dim >= 256:
@@ -274,8 +309,7 @@ def plan_launch(
         and (
             kv_fp8
             or (
-                _gluon_widens_bf16(block_q, group, pairs, target, est_span)
-                and gluon_supported(device)
+                _gluon_widens_bf16(block_q, group, pairs, target, est_span) and gluon_ok
             )
         )
     ):
@@ -296,7 +330,7 @@ def plan_launch(
         # buffers, were 3-12% faster too; they take the widened tiles only
         # where the Gluon kernel then runs them (the widened Triton kernel was
         # measured with fp8 caches only).
-        gluon = block_q * group == 64 and group <= 8 and gluon_supported(device)
+        gluon = block_q * group == 64 and group <= 8 and gluon_ok
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
         # 2 resident programs per SM streaming items beat one program per
@@ -335,8 +369,7 @@ def plan_launch(
         splits *= 2
     # Inline PTX exists on NVIDIA GPUs only (not on ROCm builds of torch); the
     # persistent grid was tuned on NVIDIA only and needs a single split.
-    nvidia = torch.version.hip is None
-    if splits > 1 or device.type != "cuda" or not nvidia:
+    if splits > 1 or not on_cuda or not nvidia:
         persistent = 0
     return LaunchPlan(
         block_q=block_q,
@@ -434,7 +467,8 @@ def launch_kernel(
     num_reqs = context_lens.shape[0]
     if num_tokens == 0 or num_reqs == 0 or num_heads == 0:
         return out
-    if plan is None:
+    own_plan = plan is None  # then plan.gluon already means gluon_supported
+    if own_plan:
         plan = plan_launch(
             num_tokens=num_tokens,
             num_reqs=num_reqs,
@@ -459,7 +493,7 @@ def launch_kernel(
         and rows in (64, 128)
         and head_dim in (64, 128)  # the head dims of its GPU tests
         and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
-        and gluon_supported(q.device)
+        and (own_plan or gluon_supported(q.device))
     ):
         from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
             fixed_history_attention_wgmma,
