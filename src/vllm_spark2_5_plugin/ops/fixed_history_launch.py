@@ -228,40 +228,28 @@ def plan_launch(
     these values (a decode step asks for the same few shapes again and
     again).
     """
-    return _plan(
-        num_tokens=num_tokens,
-        num_reqs=num_reqs,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        sliding_window=sliding_window,
-        max_kv_len=max_kv_len,
-        num_sms=sm_count(device) if num_sms is None else num_sms,
-        kv_fp8=kv_fp8,
-        on_cuda=device.type == "cuda",
-        nvidia=torch.version.hip is None,
-        gluon_ok=gluon_supported(device),
+    device_facts = (
+        sm_count(device) if num_sms is None else num_sms,
+        device.type == "cuda",
+        torch.version.hip is None,  # not a ROCm build of torch
+        gluon_supported(device),
     )
+    shape = (num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8)
+    return _plan(shape, sliding_window, max_kv_len, device_facts)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(
-    *,
-    num_tokens: int,
-    num_reqs: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
+    shape: tuple[int, int, int, int, int, bool],
     sliding_window: int | None,
     max_kv_len: int,
-    num_sms: int,
-    kv_fp8: bool,
-    on_cuda: bool,
-    nvidia: bool,
-    gluon_ok: bool,
+    device_facts: tuple[int, bool, bool, bool],
 ) -> LaunchPlan:
-    """:func:`plan_launch` from host values only (``nvidia``: not a ROCm
-    build of torch; ``gluon_ok``: the Gluon kernel can run on the device)."""
+    """:func:`plan_launch` from host values only: ``shape`` holds its shape
+    arguments and ``kv_fp8``, ``device_facts`` the SM count, whether the
+    device is a GPU, an NVIDIA one, and one the Gluon kernel runs on."""
+    num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8 = shape
+    num_sms, on_cuda, nvidia, gluon_ok = device_facts
     group = num_heads // num_kv_heads
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
