@@ -31,8 +31,9 @@ key split (no partial results):
   floor, bound by latency at 4 warps per scheduler rather than by issue or
   bandwidth (``benchmarks/fixed_history_attention_h200.md``, "A
   warp-specialized Gluon kernel"). With bf16 caches 4-26% faster (shape 4:
-  1.79 times the floor). ``OVERLAP`` (not in the policy) computes the
-  softmax of tile t while ``P V`` of tile t - 1 runs.
+  1.66 times the floor, its 128-row tiles fenced by the multiplying warps,
+  ``FENCE_IN_MMA``). ``OVERLAP`` (not in the policy) computes the softmax
+  of tile t while ``P V`` of tile t - 1 runs.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
