@@ -473,7 +473,8 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             dict(ws, overlap=True, ring=3),
         ),
     ]
-    if shape[2] * shape[4] // shape[5] >= 128:  # 128 rows without padding
+    wide = shape[2] * shape[4] // shape[5] >= 128  # 128 rows without padding
+    if wide:
         variants += [
             ("warp-specialized, 128-row tiles, 1/SM", dict(ws, rows=128)),
             (
@@ -500,7 +501,7 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             dict(moved, ring=3),
         ),
     ]
-    if shape[2] * shape[4] // shape[5] >= 128:
+    if wide:
         variants += [
             (
                 "warp-specialized, 128-row tiles, fence in the MMA warps, 1/SM",

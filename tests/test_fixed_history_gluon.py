@@ -25,6 +25,8 @@ from test_fixed_history_attention import (
     _reference_f64,
 )
 
+from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
+
 
 def _strides():
     """The kernels' stride arguments: the Triton kernel's but the unit ones."""
@@ -320,12 +322,12 @@ _KERNELS = {
     # The multiplying warps fence each tile after waiting for it (the
     # direct-copy loader's copies signal their tiles as they land).
     "ws-fence-in-mma": {"warp_specialized": True, "fence_in_mma": True},
-    # The launch's choice for 128-row tiles of a cache in q's dtype.
+    # The launch's choice for 128-row tiles of a cache in q's dtype
+    # (fence_in_mma with a ring of 4).
     "ws-128rows-fence-in-mma-ring4": {
         "warp_specialized": True,
         "rows": 128,
-        "fence_in_mma": True,
-        "ring": 4,
+        **_gluon_pipeline(128, kv_fp8=False),
     },
     "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
         "warp_specialized": True,
