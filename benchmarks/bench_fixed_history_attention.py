@@ -517,6 +517,35 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 "overlapped softmax, ring 4, 4 staged, 1/SM",
                 dict(moved, rows=128, ring=4, raw_slots=4, overlap=True),
             ),
+            # Two multiplying partitions of 64 rows, each releasing the
+            # buffers itself (no barrier of both warpgroups per tile).
+            (
+                "warp-specialized, 128-row tiles, split MMA, 1/SM",
+                dict(ws, rows=128, split_mma=True),
+            ),
+            (
+                "warp-specialized, 128-row tiles, split MMA, fence in the MMA "
+                "warps, ring 4, 4 staged, 1/SM",
+                dict(moved, rows=128, ring=4, raw_slots=4, split_mma=True),
+            ),
+            (
+                "warp-specialized, 128-row tiles, split MMA, overlapped "
+                "softmax, ring 4, 4 staged, 1/SM",
+                dict(ws, rows=128, ring=4, raw_slots=4, overlap=True, split_mma=True),
+            ),
+            (
+                "warp-specialized, 128-row tiles, split MMA taking turns, "
+                "overlapped softmax, ring 4, 4 staged, 1/SM",
+                dict(
+                    ws,
+                    rows=128,
+                    ring=4,
+                    raw_slots=4,
+                    overlap=True,
+                    split_mma=True,
+                    pingpong=True,
+                ),
+            ),
         ]
     if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)
         variants.append(

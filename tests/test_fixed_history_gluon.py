@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from test_fixed_history_attention import (
@@ -49,6 +51,8 @@ def _compile(
     rows=64,
     overlap=False,
     fence_in_mma=False,
+    split_mma=False,
+    pingpong=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -83,7 +87,7 @@ def _compile(
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
         F16_DOTS=f16,
-        num_warps=rows // 16,
+        num_warps=4 if split_mma else rows // 16,
     )
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(
@@ -93,6 +97,8 @@ def _compile(
                 worker_regs=worker_regs,
                 overlap=overlap,
                 fence_in_mma=fence_in_mma,
+                split_mma=split_mma,
+                pingpong=pingpong,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -101,7 +107,7 @@ def _compile(
     aligned += [s for s in _strides() if s != "stride_bt"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = GluonASTSource(kernel, signature, constexprs=constants, attrs=attrs)
-    options = {"num_warps": rows // 16}
+    options = {"num_warps": constants["num_warps"]}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -182,6 +188,36 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+def test_split_mma_partitions_do_not_wait_for_each_other(kv_dtype):
+    # 128 rows in one partition of 8 warps: every tile ends with a barrier
+    # of all 256 multiplying threads (before the buffer's release), so both
+    # warpgroups run their softmax at the same time while the tensor cores
+    # idle. split_mma: two partitions of one warpgroup each, whose barriers
+    # hold 128 threads; each runs S and P V (twice the MMA instructions of
+    # one partition's code) and releases the buffer itself.
+    one, two = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *(kv_dtype, 8, 128),
+            maxnreg=168,
+            ring=4,
+            raw_slots=4,
+            rows=128,
+            fence_in_mma=kv_dtype == "bf16",
+            split_mma=split,
+        )
+        for split in (False, True)
+    )
+    assert one.barrier_threads[256] > 0, one.barrier_threads
+    assert two.barrier_threads[256] == 0, two.barrier_threads
+    assert two.barrier_threads[128] > 0, two.barrier_threads
+    assert two.count("HGMMA") == 2 * one.count("HGMMA")
+    assert two.count("WARPGROUP.DEPBAR") == 2 * one.count("WARPGROUP.DEPBAR")
+    assert two.registers <= 168 and two.stack_bytes == 0
+    assert two.shared_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 @pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
 def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv_dtype):
     # A fence waits for the thread's outstanding loads, so in the loader it
@@ -210,16 +246,22 @@ def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv
         assert moved.count("DEPBAR") < base.count("DEPBAR"), moved.instructions
 
 
-def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
-    """The direct-copy loader and the multiplying warps as two processes
-    that wait on the ring's barriers in turn (counts of arrivals standing
-    for the mbarrier phases): True if both get through ``tiles`` key tiles,
-    False if neither can go on. The loader copies tile j into buffer
-    ``j % ring`` once the multiplying warps have released tile ``j - ring``,
-    and signals a tile once ``ahead`` newer copies are in flight; the
-    multiplying warps release each tile after its P V, holding tile t - 1
-    while they wait for tile t when the softmax overlaps."""
+def _ring_protocol_finishes(
+    ring, ahead, overlap, tiles=12, parts=1, pingpong=False, order=(0, 1, 2)
+):
+    """The direct-copy loader and the multiplying warps as processes that
+    wait on the ring's barriers in turn (counts of arrivals standing for the
+    mbarrier phases): True if all get through ``tiles`` key tiles, False if
+    none can go on. The loader copies tile j into buffer ``j % ring`` once
+    each of the ``parts`` multiplying partitions has released tile
+    ``j - ring``, and signals a tile once ``ahead`` newer copies are in
+    flight; a partition releases each tile after its P V, holding tile t - 1
+    while it waits for tile t when the softmax overlaps. ``pingpong``: the
+    partitions issue each batch of MMAs in turn (partition 0 first), after
+    waiting for the tile. ``order``: the order in which the processes are
+    stepped (the loader is 0)."""
     ready, empty = [0] * ring, [0] * ring
+    turns = [1, 0]  # partition 0 may issue first
 
     def landed(j):
         return ready[j % ring] >= j // ring + 1
@@ -227,7 +269,7 @@ def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
     def loader():
         done = 0
         for j in range(tiles):
-            while empty[j % ring] < j // ring:
+            while empty[j % ring] < parts * (j // ring):
                 yield
             if j + 1 - done == ahead + 1:
                 ready[done % ring] += 1
@@ -235,18 +277,31 @@ def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
         for j in range(done, tiles):
             ready[j % ring] += 1
 
-    def multiplier():
+    def multiplier(me):
+        issued = 0
+
+        def issue():
+            nonlocal issued
+            while pingpong and turns[me] < issued + 1:
+                yield
+            if pingpong:
+                turns[1 - me] += 1
+            issued += 1
+
         for t in range(tiles):
             while not landed(t):
                 yield
+            yield from issue()
             if not overlap:
                 empty[t % ring] += 1
             elif t:
                 empty[(t - 1) % ring] += 1
         if overlap:
+            yield from issue()  # the last tile's P V
             empty[(tiles - 1) % ring] += 1
 
-    sides = [loader(), multiplier()]
+    procs = [loader()] + [multiplier(me) for me in range(parts)]
+    sides = [procs[i] for i in order if i < len(procs)]
     for _ in range(100 * tiles):
         for side in list(sides):
             try:
@@ -263,14 +318,47 @@ def _ring_protocol_finishes(ring, ahead, overlap, tiles=12):
 def test_direct_copy_loader_never_waits_on_a_held_buffer(ring, overlap):
     # The launch's copies_ahead against a model of the barrier protocol; the
     # first overlapped version (ring - 1 copies ahead) hung on the H200, and
-    # the model shows why.
+    # the model shows why. Two multiplying partitions (split_mma), stepped
+    # in every order, with and without taking turns (pingpong), get through
+    # as well; the old rule still hangs.
     from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
 
     ahead = gluon_ops.copies_ahead(ring, overlap)
     assert ahead >= 0
     assert _ring_protocol_finishes(ring, ahead, overlap)
+    for order in itertools.permutations(range(3)):
+        for pingpong in (False, True) if overlap else (False,):
+            assert _ring_protocol_finishes(
+                ring, ahead, overlap, parts=2, pingpong=pingpong, order=order
+            ), (order, pingpong)
     if overlap:
         assert not _ring_protocol_finishes(ring, ring - 1, overlap)
+        assert not _ring_protocol_finishes(ring, ring - 1, overlap, parts=2)
+
+
+def test_pingpong_partitions_take_turns_without_waiting_for_their_mmas():
+    # pingpong adds the turn barriers' waits and arrivals to each
+    # multiplying partition; the MMAs stay asynchronous (the same waits for
+    # them as without it: S of tile t and P V of tile t - 1 in flight).
+    base, pp = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *("bf16", 8, 128),
+            maxnreg=168,
+            ring=4,
+            rows=128,
+            overlap=True,
+            split_mma=True,
+            pingpong=flag,
+        )
+        for flag in (False, True)
+    )
+    assert pp.count("WARPGROUP.DEPBAR") == base.count("WARPGROUP.DEPBAR") == 8
+    # Three issue points per partition (a pass's first S, the loop's S and
+    # P V, the last P V), each passing the turn.
+    assert pp.count("SYNCS.ARRIVE") >= base.count("SYNCS.ARRIVE") + 6
+    assert pp.count("SYNCS.PHASECHK") > base.count("SYNCS.PHASECHK")
+    assert pp.registers <= 168 and pp.stack_bytes == 0
 
 
 # ---------------------------------------------------------------------------
@@ -333,6 +421,33 @@ _KERNELS = {
         "warp_specialized": True,
         "rows": 128,
         "fence_in_mma": True,
+        "overlap": True,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    # Two multiplying partitions of 64 rows that release each buffer
+    # separately (not in the policy).
+    "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
+    "ws-128rows-split-fence-in-mma-ring4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "fence_in_mma": True,
+        "ring": 4,
+    },
+    "ws-128rows-split-overlap-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "overlap": True,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    "ws-128rows-split-pingpong-overlap-ring4-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "pingpong": True,
         "overlap": True,
         "ring": 4,
         "raw_slots": 4,

@@ -61,6 +61,10 @@ class Codegen:
     stack_bytes: int  # per thread: spilled registers and local arrays
     shared_bytes: int  # per program, as Triton allocates it
     instructions: collections.Counter[str]  # SASS opcode with modifiers -> count
+    # BAR.SYNC instructions by the threads they wait for (0: the whole CTA).
+    barrier_threads: collections.Counter[int] = dataclasses.field(
+        default_factory=collections.Counter
+    )
 
     def count(self, opcode: str) -> int:
         """Instructions whose opcode is ``opcode`` or starts with ``opcode.``
@@ -215,11 +219,15 @@ def _inspect(cubin: bytes, shared_bytes: int) -> Codegen:
     opcodes = re.findall(
         r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass
     )
+    # "BAR.SYNC.DEFER_BLOCKING 0x2, 0x80 ;": barrier 2, 128 threads; without
+    # the count, every thread of the CTA.
+    bars = re.findall(r"BAR\.SYNC[A-Z_.]*\s+\w+(?:,\s*(0x[0-9a-f]+|\d+))?\s*;", sass)
     return Codegen(
         registers=_field(usage, "REG"),
         stack_bytes=_field(usage, "STACK"),
         shared_bytes=shared_bytes,
         instructions=collections.Counter(opcodes),
+        barrier_threads=collections.Counter(int(n, 0) if n else 0 for n in bars),
     )
 
 

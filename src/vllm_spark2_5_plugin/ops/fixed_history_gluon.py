@@ -632,6 +632,41 @@ def _ws_copy_partition(
 
 
 @gluon.jit
+def _ws_loader(
+    k_raw, v_raw, k_smem, v_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
+    AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+):  # fmt: skip
+    """The loading warpgroup: ``_ws_load_partition`` for fp8 caches (staged
+    in ``k_raw``/``v_raw`` and converted), ``_ws_copy_partition`` for caches
+    in q's dtype (``k_raw``/``v_raw`` unused)."""
+    if KV_FP8:
+        _ws_load_partition(
+            k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr, v_ptr,
+            block_table_ptr, context_lens_ptr, query_start_loc_ptr, window,
+            num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
+            stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+            NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
+            KV_FP8, NUM_BUF, NUM_RAW, FENCE_IN_MMA,
+        )  # fmt: skip
+    else:
+        _ws_copy_partition(
+            k_smem, v_smem, ready, empty, k_ptr, v_ptr, block_table_ptr,
+            context_lens_ptr, query_start_loc_ptr, window, num_reqs,
+            stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+            stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF, AHEAD,
+            FENCE_IN_MMA,
+        )  # fmt: skip
+
+
+@gluon.jit
 def _wait_tile(ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr):
     """Wait until ring buffer ``it % NUM_BUF`` holds tile ``it``; ``FENCE``
     where the loader signalled with its copies' own arrivals and did not
@@ -642,21 +677,44 @@ def _wait_tile(ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr):
 
 
 @gluon.jit
+def _take_turn(turn, k, ME: gl.constexpr, PINGPONG: gl.constexpr):
+    """``PINGPONG``: wait until this partition (``ME``) may issue its
+    ``k``-th batch of MMAs (the partitions alternate, 0 first)."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(ME), k & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, k, ME: gl.constexpr, PINGPONG: gl.constexpr):
+    """``PINGPONG``: its MMAs issued, let the other partition issue; returns
+    the count of batches issued."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - ME), count=1)
+    return k + 1
+
+
+@gluon.jit
 def _overlapped_tiles(
-    q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it, n_tiles, lo, hi,
-    score_scale, NUM_BUF: gl.constexpr, MMA_WARPS: gl.constexpr,
-    FENCE: gl.constexpr,
+    q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc, it, k,
+    n_tiles, lo, hi, score_scale, NUM_BUF: gl.constexpr,
+    MMA_WARPS: gl.constexpr, FENCE: gl.constexpr, ME: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):  # fmt: skip
     """The key tiles of one pass (at least one) with the softmax of tile t
     computed while the tensor cores run ``P V`` of tile t - 1: both tiles'
     ring buffers are held at once (a ring of 3 or more keeps the loader
-    ahead). Returns the softmax state, the output and the ring position."""
+    ahead). ``PINGPONG`` (two multiplying partitions): each batch of MMAs
+    issued in turn with the other partition's (``k`` batches issued so far),
+    so that one partition's softmax runs while the other's MMAs do. Returns
+    the softmax state, the output, the ring position and ``k``."""
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     dtype: gl.constexpr = v_smem.dtype
     o_layout: gl.constexpr = acc.type.layout
     buf = it % NUM_BUF
     _wait_tile(ready, it, NUM_BUF, FENCE)
+    _take_turn(turn, k, ME, PINGPONG)
     s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+    k = _pass_turn(turn, k, ME, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     # acc is zero before the first tile: no rescaling.
     p_op, m_i, l_i, _ = _softmax_weights(
@@ -668,9 +726,11 @@ def _overlapped_tiles(
         _wait_tile(ready, it + 1, NUM_BUF, FENCE)
         # S of tile t, then P V of tile t - 1; the MMAs complete in order, so
         # waiting until one is outstanding waits for S only.
+        _take_turn(turn, k, ME, PINGPONG)
         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
         p_prev = p_op
         acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+        k = _pass_turn(turn, k, ME, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p_op, m_i, l_i, alpha_o = _softmax_weights(
             s, m_i, l_i, lo + t * BLOCK_N, hi, score_scale, dtype, o_layout
@@ -680,15 +740,17 @@ def _overlapped_tiles(
         mbarrier.arrive(empty.index(prev), count=1)
         acc = acc * gl.expand_dims(alpha_o, 1)
         it += 1
+    _take_turn(turn, k, ME, PINGPONG)
     acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
+    k = _pass_turn(turn, k, ME, PINGPONG)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(buf), count=1)
-    return m_i, l_i, acc, it + 1
+    return m_i, l_i, acc, it + 1, k
 
 
 @gluon.jit
 def _ws_mma_partition(
-    q_smem, k_smem, v_smem, ready, empty,
+    q_smem, k_smem, v_smem, ready, empty, turn,
     q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
     v_scale_ptr, qk_scale, window, num_reqs,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h,
@@ -696,31 +758,38 @@ def _ws_mma_partition(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
     releasing each ring buffer once its MMAs have completed; the normalized
-    output at the end of each pass."""
+    output at the end of each pass. A pass covers ``PASS_Q`` queries of the
+    request, of which these warps take ``BLOCK_Q`` from ``Q_OFFSET`` on (all
+    of them, or one half where two partitions share the key tiles; ``ME``:
+    which half, for ``PINGPONG``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
+    k = 0  # batches of MMAs issued (PINGPONG)
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         _, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N,
         )  # fmt: skip
-        for q_base in range(0, num_q, BLOCK_Q):
+        for pass_base in range(0, num_q, PASS_Q):
+            q_base = pass_base + Q_OFFSET
             _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS,
             )  # fmt: skip
             m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
             if OVERLAP:
-                m_i, l_i, acc, it = _overlapped_tiles(
-                    q_smem, k_smem, v_smem, ready, empty, m_i, l_i, acc, it,
-                    n_tiles, lo, hi, score_scale, NUM_BUF, MMA_WARPS,
-                    FENCE_IN_MMA,
+                m_i, l_i, acc, it, k = _overlapped_tiles(
+                    q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc,
+                    it, k, n_tiles, lo, hi, score_scale, NUM_BUF, MMA_WARPS,
+                    FENCE_IN_MMA, ME, PINGPONG,
                 )  # fmt: skip
             else:
                 for t in range(0, n_tiles):
@@ -751,6 +820,7 @@ def fixed_history_ws_kernel(
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
@@ -763,18 +833,31 @@ def fixed_history_ws_kernel(
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
-    q_smem_layout: gl.constexpr = _tile_smem([BLOCK_M, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_smem_layout)
+    # SPLIT_MMA: two multiplying partitions of one warpgroup each, a half of
+    # the tile's rows (and of q's shared memory) each, both reading every
+    # ring buffer; else one of num_warps warps.
+    PARTS: gl.constexpr = 2 if SPLIT_MMA else 1
+    PART_Q: gl.constexpr = BLOCK_Q // PARTS
+    PART_M: gl.constexpr = BLOCK_M // PARTS
+    q_smem_layout: gl.constexpr = _tile_smem([PART_M, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [PARTS, PART_M, HEAD_DIM], q_smem_layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     # FENCE_IN_MMA with a cache in q's dtype: every thread of the loading
-    # warpgroup arrives on ready, through its copies.
+    # warpgroup arrives on ready, through its copies. Each multiplying
+    # partition releases a buffer.
     ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=PARTS)
+    # PINGPONG: whose turn it is to issue MMAs (partition 0 first).
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if PINGPONG:
+        for i in gl.static_range(2):
+            mbarrier.init(turn.index(i), count=1)
+        mbarrier.arrive(turn.index(0), count=1)
     if KV_FP8:
         # The tiles as loaded, before conversion.
         raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
@@ -784,21 +867,38 @@ def fixed_history_ws_kernel(
         v_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
+    else:
+        k_raw = k_smem  # unused: copied straight into the ring
+        v_raw = v_smem
+    if SPLIT_MMA:
         gl.warp_specialize(
             [
                 (
                     _ws_mma_partition,
                     (
-                        q_smem, k_smem, v_smem, ready, empty, q_ptr, out_ptr,
-                        context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
-                        v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
-                        stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
-                        GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
-                        F16_DOTS, NUM_BUF, num_warps, OVERLAP, FENCE_IN_MMA,
+                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                        NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                        FENCE_IN_MMA, BLOCK_Q, 0, 0, PINGPONG,
                     ),
                 ),
                 (
-                    _ws_load_partition,
+                    _ws_mma_partition,
+                    (
+                        q_smem.index(1), k_smem, v_smem, ready, empty, turn,
+                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                        NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                        FENCE_IN_MMA, BLOCK_Q, PART_Q, 1, PINGPONG,
+                    ),
+                ),
+                (
+                    _ws_loader,
                     (
                         k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
                         v_ptr, block_table_ptr, context_lens_ptr,
@@ -806,12 +906,12 @@ def fixed_history_ws_kernel(
                         stride_k_slot, stride_k_head, stride_v_blk,
                         stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
                         BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                        KV_FP8, NUM_BUF, NUM_RAW, FENCE_IN_MMA,
+                        KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
                     ),
                 ),
             ],
-            [4],
-            [WORKER_REGS],
+            [4, 4],
+            [MMA_REGS, WORKER_REGS],
         )  # fmt: skip
     else:
         gl.warp_specialize(
@@ -819,31 +919,35 @@ def fixed_history_ws_kernel(
                 (
                     _ws_mma_partition,
                     (
-                        q_smem, k_smem, v_smem, ready, empty, q_ptr, out_ptr,
-                        context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
-                        v_scale_ptr, qk_scale, window, num_reqs, stride_q_t,
-                        stride_q_h, stride_o_t, stride_o_h, NUM_KV_HEADS,
-                        GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM, HAS_WINDOW, KV_FP8,
-                        F16_DOTS, NUM_BUF, num_warps, OVERLAP,
-                        FENCE_IN_MMA,
+                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                        NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
+                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
+                        OVERLAP, FENCE_IN_MMA, BLOCK_Q, 0, 0, False,
                     ),
                 ),
                 (
-                    _ws_copy_partition,
+                    _ws_loader,
                     (
-                        k_smem, v_smem, ready, empty, k_ptr, v_ptr,
-                        block_table_ptr, context_lens_ptr, query_start_loc_ptr,
-                        window, num_reqs, stride_k_blk, stride_k_slot,
-                        stride_k_head, stride_v_blk, stride_v_slot,
-                        stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
-                        BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
-                        COPIES_AHEAD, FENCE_IN_MMA,
+                        k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                        v_ptr, block_table_ptr, context_lens_ptr,
+                        query_start_loc_ptr, window, num_reqs, stride_k_blk,
+                        stride_k_slot, stride_k_head, stride_v_blk,
+                        stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
+                        BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
+                        KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
                     ),
                 ),
             ],
             [4],
             [WORKER_REGS],
         )  # fmt: skip
+
+
+# Registers per thread of the second multiplying partition (split_mma).
+MMA_PART_REGS = 168
 
 
 def copies_ahead(ring: int, overlap: bool) -> int:
@@ -854,7 +958,10 @@ def copies_ahead(ring: int, overlap: bool) -> int:
     return ring - 1 - int(overlap)
 
 
-def pipeline_constants(*, ring, raw_slots, worker_regs, overlap, fence_in_mma=False):
+def pipeline_constants(
+    *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
+    mma_regs=MMA_PART_REGS, pingpong=False,
+):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
     return dict(
@@ -864,6 +971,9 @@ def pipeline_constants(*, ring, raw_slots, worker_regs, overlap, fence_in_mma=Fa
         OVERLAP=overlap,
         COPIES_AHEAD=copies_ahead(ring, overlap),
         FENCE_IN_MMA=fence_in_mma,
+        SPLIT_MMA=split_mma,
+        MMA_REGS=mma_regs,
+        PINGPONG=pingpong,
     )
 
 
@@ -953,6 +1063,9 @@ def fixed_history_attention_wgmma(
     rows=64,
     overlap=False,
     fence_in_mma=False,
+    split_mma=False,
+    mma_regs=MMA_PART_REGS,
+    pingpong=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -980,7 +1093,13 @@ def fixed_history_attention_wgmma(
     for it, instead of the loader before signalling it (a fence waits for
     the thread's outstanding loads, the loader's block-table reads and
     copies among them); with a cache in q's dtype the loader's copies then
-    signal their tile themselves as they land, so that it never waits."""
+    signal their tile themselves as they land, so that it never waits.
+    ``split_mma`` (128 rows): the two multiplying warpgroups as two
+    partitions of 64 rows each (``mma_regs`` registers per thread for the
+    second), each releasing every ring buffer itself, instead of one of 8
+    warps, whose releases synchronize both warpgroups at every tile.
+    ``pingpong`` (with ``split_mma`` and ``overlap``): the two partitions
+    issue their MMAs in turn, one's softmax beside the other's MMAs."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -988,6 +1107,10 @@ def fixed_history_attention_wgmma(
         raise ValueError(f"rows must be 64 (or 128, warp-specialized), got {rows}")
     if rows % group:
         raise ValueError(f"the query heads per KV head ({group}) must divide {rows}")
+    if split_mma and (rows != 128 or not warp_specialized):
+        raise ValueError("split_mma needs rows=128 and warp_specialized=True")
+    if pingpong and not (split_mma and overlap):
+        raise ValueError("pingpong needs split_mma=True and overlap=True")
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")
     if k_cache.dtype == torch.float8_e4m3fn and not (
@@ -1026,8 +1149,11 @@ def fixed_history_attention_wgmma(
                 worker_regs=worker_regs,
                 overlap=overlap,
                 fence_in_mma=fence_in_mma,
+                split_mma=split_mma,
+                mma_regs=mma_regs,
+                pingpong=pingpong,
             ),
-            num_warps=rows // 16,
+            num_warps=4 if split_mma else rows // 16,
             maxnreg=maxnreg,
         )
     else:
