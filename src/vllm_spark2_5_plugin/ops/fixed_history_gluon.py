@@ -485,7 +485,7 @@ def _ws_load_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
-    FENCE_IN_MMA: gl.constexpr,
+    AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -493,70 +493,82 @@ def _ws_load_partition(
     stored into ring buffer ``it % NUM_BUF`` once that buffer is free.
     ``FENCE_IN_MMA``: signalled after a barrier of the loading warps instead
     of a fence (which waits for the thread's outstanding loads); the
-    multiplying warps fence after waiting."""
-    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
-    it = 0
-    num_items = num_reqs * NUM_KV_HEADS
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N,
+    multiplying warps fence after waiting. Caches in q's dtype:
+    ``_ws_copy_partition`` instead (``k_raw``/``v_raw`` unused, ``AHEAD``
+    its copies in flight at a signal)."""
+    if not KV_FP8:
+        _ws_copy_partition(
+            k_smem, v_smem, ready, empty, k_ptr, v_ptr, block_table_ptr,
+            context_lens_ptr, query_start_loc_ptr, window, num_reqs,
+            stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+            stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF, AHEAD,
+            FENCE_IN_MMA,
         )  # fmt: skip
-        bt_row, k_head, v_head = _kv_rows(
-            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-            stride_k_head, stride_v_head,
-        )  # fmt: skip
-        for _pass in range(0, num_q, BLOCK_Q):
-            for i in range(0, NUM_RAW):
+    else:
+        kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
+        it = 0
+        num_items = num_reqs * NUM_KV_HEADS
+        for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+            req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+                item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+                NUM_KV_HEADS, BLOCK_N,
+            )  # fmt: skip
+            bt_row, k_head, v_head = _kv_rows(
+                req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
+                stride_k_head, stride_v_head,
+            )  # fmt: skip
+            for _pass in range(0, num_q, BLOCK_Q):
+                for i in range(0, NUM_RAW):
+                    page, ok = _tile_pages(
+                        bt_row, lo + i * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                    )
+                    _copy_kv_tiles(
+                        k_raw.index(i), v_raw.index(i), k_head, v_head, page, ok,
+                        lo + i * BLOCK_N, stride_k_blk, stride_k_slot,
+                        stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                        kv_layout,
+                    )  # fmt: skip
                 page, ok = _tile_pages(
-                    bt_row, lo + i * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                    bt_row, lo + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
                 )
-                _copy_kv_tiles(
-                    k_raw.index(i), v_raw.index(i), k_head, v_head, page, ok,
-                    lo + i * BLOCK_N, stride_k_blk, stride_k_slot,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-            page, ok = _tile_pages(
-                bt_row, lo + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
-            )
-            for t in range(0, n_tiles):
-                slot = t % NUM_RAW
-                buf = it % NUM_BUF
-                # Tile t landed (the NUM_RAW - 1 after it may be in flight).
-                async_copy.wait_group(NUM_RAW - 1)
-                # Ring buffer free once the MMAs on its previous tile have
-                # completed (in the first round parity 1, which precedes a
-                # new barrier's phase).
-                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
-                _convert_tiles(
-                    k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
-                    v_smem.index(buf), kv_layout, KV_FP8,
-                )  # fmt: skip
-                # Tile t + NUM_RAW into the slot just read (the barrier that
-                # the compiler puts between the reads and the copy orders
-                # them), through pages loaded an iteration ago, before the
-                # signal: a fence waits for the thread's loads in flight, and
-                # the copy has consumed these. Then the next tile's pages.
-                _copy_kv_tiles(
-                    k_raw.index(slot), v_raw.index(slot), k_head, v_head, page,
-                    ok, lo + (t + NUM_RAW) * BLOCK_N, stride_k_blk,
-                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout,
-                )  # fmt: skip
-                if FENCE_IN_MMA:
-                    gl.barrier()  # every loading thread's stores, then the signal
-                else:
-                    fence_async_shared()
-                mbarrier.arrive(ready.index(buf), count=1)
-                page, ok = _tile_pages(
-                    bt_row, lo + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
-                    BLOCK_N, kv_layout,
-                )  # fmt: skip
-                it += 1
-            # The copies staged past the last tile land before the slots
-            # are reused.
-            async_copy.wait_group(0)
+                for t in range(0, n_tiles):
+                    slot = t % NUM_RAW
+                    buf = it % NUM_BUF
+                    # Tile t landed (the NUM_RAW - 1 after it may be in flight).
+                    async_copy.wait_group(NUM_RAW - 1)
+                    # Ring buffer free once the MMAs on its previous tile have
+                    # completed (in the first round parity 1, which precedes a
+                    # new barrier's phase).
+                    mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                    _convert_tiles(
+                        k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
+                        v_smem.index(buf), kv_layout, KV_FP8,
+                    )  # fmt: skip
+                    # Tile t + NUM_RAW into the slot just read (the barrier that
+                    # the compiler puts between the reads and the copy orders
+                    # them), through pages loaded an iteration ago, before the
+                    # signal: a fence waits for the thread's loads in flight, and
+                    # the copy has consumed these. Then the next tile's pages.
+                    _copy_kv_tiles(
+                        k_raw.index(slot), v_raw.index(slot), k_head, v_head, page,
+                        ok, lo + (t + NUM_RAW) * BLOCK_N, stride_k_blk,
+                        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                        BLOCK_N, HEAD_DIM, kv_layout,
+                    )  # fmt: skip
+                    if FENCE_IN_MMA:
+                        gl.barrier()  # every loading thread's stores, then the signal
+                    else:
+                        fence_async_shared()
+                    mbarrier.arrive(ready.index(buf), count=1)
+                    page, ok = _tile_pages(
+                        bt_row, lo + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
+                        BLOCK_N, kv_layout,
+                    )  # fmt: skip
+                    it += 1
+                # The copies staged past the last tile land before the slots
+                # are reused.
+                async_copy.wait_group(0)
 
 
 @gluon.jit
@@ -629,41 +641,6 @@ def _ws_copy_partition(
         gl.barrier()
         for j in range(done, it):
             mbarrier.arrive(ready.index(j % NUM_BUF), count=1)
-
-
-@gluon.jit
-def _ws_loader(
-    k_raw, v_raw, k_smem, v_smem, ready, empty,
-    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
-    window, num_reqs,
-    stride_k_blk, stride_k_slot, stride_k_head,
-    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
-    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
-    AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
-):  # fmt: skip
-    """The loading warpgroup: ``_ws_load_partition`` for fp8 caches (staged
-    in ``k_raw``/``v_raw`` and converted), ``_ws_copy_partition`` for caches
-    in q's dtype (``k_raw``/``v_raw`` unused)."""
-    if KV_FP8:
-        _ws_load_partition(
-            k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr, v_ptr,
-            block_table_ptr, context_lens_ptr, query_start_loc_ptr, window,
-            num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
-            stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
-            NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-            KV_FP8, NUM_BUF, NUM_RAW, FENCE_IN_MMA,
-        )  # fmt: skip
-    else:
-        _ws_copy_partition(
-            k_smem, v_smem, ready, empty, k_ptr, v_ptr, block_table_ptr,
-            context_lens_ptr, query_start_loc_ptr, window, num_reqs,
-            stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-            stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
-            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF, AHEAD,
-            FENCE_IN_MMA,
-        )  # fmt: skip
 
 
 @gluon.jit
@@ -898,7 +875,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
                 (
-                    _ws_loader,
+                    _ws_load_partition,
                     (
                         k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
                         v_ptr, block_table_ptr, context_lens_ptr,
@@ -929,7 +906,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
                 (
-                    _ws_loader,
+                    _ws_load_partition,
                     (
                         k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
                         v_ptr, block_table_ptr, context_lens_ptr,
