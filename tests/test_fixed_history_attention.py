@@ -1129,9 +1129,12 @@ if not _IN_CHILD:
         else:
             assert args[9:] == (None, None)
         expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
-        if rows == 128 and not fp8:
-            # The multiplying warps fence, with a ring of 4 (measured faster).
-            expected.update(fence_in_mma=True, ring=4)
+        # 128-row tiles: two multiplying partitions and a ring of 4 (measured
+        # faster); 3 staged fp8 tiles, or the multiplying warps fence.
+        if rows == 128 and fp8:
+            expected.update(split_mma=True, ring=4, raw_slots=3)
+        elif rows == 128:
+            expected.update(split_mma=True, fence_in_mma=True, ring=4)
         assert kwargs == expected
         # Head dims its GPU tests did not cover: the Triton launch instead.
         case = case._replace(head_dim=256)

@@ -219,6 +219,27 @@ def test_split_mma_partitions_do_not_wait_for_each_other(kv_dtype):
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 @pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
+def test_launch_pipelines_compile_within_their_registers(
+    rows, group, maxnreg, kv_dtype
+):
+    # The pipelines the launch picks (two programs per SM at 64 rows, one at
+    # 128) fit its register limit without spilling and the shared memory of
+    # their programs per SM; 128-row tiles run two multiplying partitions.
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *(kv_dtype, group, 128),
+        maxnreg=maxnreg,
+        rows=rows,
+        **_gluon_pipeline(rows, kv_fp8=kv_dtype == "fp8e4nv"),
+    )
+    assert code.registers <= maxnreg and code.stack_bytes == 0
+    assert code.shared_bytes * (2 if rows == 64 else 1) <= 227 * 1024
+    assert code.count("HGMMA") > 0
+    assert code.barrier_threads[256] == 0, code.barrier_threads
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
+@pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
 def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv_dtype):
     # A fence waits for the thread's outstanding loads, so in the loader it
     # waits for the block-table reads and copies of the tiles ahead. With
@@ -410,12 +431,23 @@ _KERNELS = {
     # The multiplying warps fence each tile after waiting for it (the
     # direct-copy loader's copies signal their tiles as they land).
     "ws-fence-in-mma": {"warp_specialized": True, "fence_in_mma": True},
-    # The launch's choice for 128-row tiles of a cache in q's dtype
-    # (fence_in_mma with a ring of 4).
     "ws-128rows-fence-in-mma-ring4": {
         "warp_specialized": True,
         "rows": 128,
+        "fence_in_mma": True,
+        "ring": 4,
+    },
+    # The launch's choices for 128-row tiles (two multiplying partitions),
+    # each run with both cache kinds.
+    "ws-128rows-launch-bf16": {
+        "warp_specialized": True,
+        "rows": 128,
         **_gluon_pipeline(128, kv_fp8=False),
+    },
+    "ws-128rows-launch-fp8": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True),
     },
     "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
         "warp_specialized": True,
@@ -426,15 +458,8 @@ _KERNELS = {
         "raw_slots": 4,
     },
     # Two multiplying partitions of 64 rows that release each buffer
-    # separately (not in the policy).
+    # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
-    "ws-128rows-split-fence-in-mma-ring4": {
-        "warp_specialized": True,
-        "rows": 128,
-        "split_mma": True,
-        "fence_in_mma": True,
-        "ring": 4,
-    },
     "ws-128rows-split-overlap-ring4-raw4": {
         "warp_specialized": True,
         "rows": 128,

@@ -1,0 +1,165 @@
+# The warp-specialized Gluon kernel's loading partition alone: the same
+# loader (ring of converted/copied K/V tiles, mbarriers), with a consumer
+# that only waits for each tile and releases it (no MMAs, no softmax). Its
+# time is what the loader can do at one program per SM; set against the
+# full kernel's and the read floor's at one shape.
+#   PYTHONPATH=/tmp/t371:src python3 loader_probe.py SHAPE_INDEX bf16|fp8 'JSON'
+# (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n",
+# "programs_per_sm"} variants)
+import json
+import sys
+
+sys.path[:0] = ["benchmarks", "src"]
+
+import bench_fixed_history_attention as B  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared,
+    mbarrier,
+)
+
+from vllm_spark2_5_plugin.ops import fixed_history_gluon as G  # noqa: E402
+from vllm_spark2_5_plugin.ops.fixed_history_launch import sm_count  # noqa: E402
+
+
+@gluon.jit
+def _release_partition(
+    ready, empty, context_lens_ptr, query_start_loc_ptr, window, num_reqs,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr, FENCE: gl.constexpr,
+):  # fmt: skip
+    it = 0
+    for item in range(gl.program_id(0), num_reqs * NUM_KV_HEADS, gl.num_programs(0)):
+        _, _, _, num_q, _, _, n_tiles = G._item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N,
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            for _t in range(0, n_tiles):
+                mbarrier.wait(ready.index(it % NUM_BUF), (it // NUM_BUF) & 1)
+                if FENCE:
+                    fence_async_shared()
+                mbarrier.arrive(empty.index(it % NUM_BUF), count=1)
+                it += 1
+
+
+@gluon.jit
+def loader_only_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, block_table_ptr, context_lens_ptr,
+    query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+    stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
+    stride_bt,
+    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
+    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
+    tile_smem: gl.constexpr = G._tile_smem([BLOCK_N, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 else 1
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=ARRIVALS)
+        mbarrier.init(empty.index(i), count=1)
+    if KV_FP8:
+        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        k_raw = gl.allocate_shared_memory(
+            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+        )
+        v_raw = gl.allocate_shared_memory(
+            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+        )
+    else:
+        k_raw = k_smem
+        v_raw = v_smem
+    gl.warp_specialize(
+        [
+            (
+                _release_partition,
+                (
+                    ready, empty, context_lens_ptr, query_start_loc_ptr, window,
+                    num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HAS_WINDOW,
+                    NUM_BUF, FENCE_IN_MMA,
+                ),
+            ),
+            (
+                G._ws_load_partition,
+                (
+                    k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                    v_ptr, block_table_ptr, context_lens_ptr,
+                    query_start_loc_ptr, window, num_reqs, stride_k_blk,
+                    stride_k_slot, stride_k_head, stride_v_blk,
+                    stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
+                    BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
+                    KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
+                ),
+            ),
+        ],
+        [4],
+        [WORKER_REGS],
+    )  # fmt: skip
+
+
+def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
+                v_scale=None, *, ring=4, raw_slots=2, fence_in_mma=False,
+                block_n=64, rows=128, programs_per_sm=1, worker_regs=112):  # fmt: skip
+    group = q.shape[1] // k.shape[2]
+    args, constants = G.kernel_arguments(
+        q, k, v, bt, ctx, qsl, window, scale, out, k_scale, v_scale,
+        block_q=rows // group, block_n=block_n,
+    )  # fmt: skip
+    grid = (min(ctx.shape[0] * k.shape[2], programs_per_sm * sm_count(q.device)),)
+    loader_only_kernel[grid](
+        *args, **constants,
+        **G.pipeline_constants(
+            ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=False,
+            fence_in_mma=fence_in_mma,
+        ),
+        num_warps=4,
+    )  # fmt: skip
+
+
+def main():
+    idx, kv = int(sys.argv[1]), sys.argv[2]
+    variants = json.loads(sys.argv[3])
+    shape = B.SHAPES[idx]
+    R, L, Bq, W, nH, nKV, D = shape
+    raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=idx, kv_dtype=kv)
+    big = torch.empty(2**28, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(big)
+    t = triton.testing.do_bench(lambda: dst.copy_(big), rep=200, return_mode="median")
+    bw = 2 * big.numel() / (t * 1e-3)
+    lo, hi, _, _ = B.window_bounds(shape)
+    kv_bytes = R * nKV * (hi - lo) * D * 2 * raw.element_size()
+    print(f"{kv} shape {shape}: floor {kv_bytes / bw * 1e6:.1f} us", flush=True)
+    out = torch.empty_like(q)
+    for var in variants:
+
+        def call(var=var):
+            loader_only(q, k, v, bt, ctx, qsl, W, D**-0.5, out, **sc, **var)
+
+        try:
+            call()
+            torch.cuda.synchronize()
+            t = triton.testing.do_bench(call, warmup=50, rep=300, return_mode="median")
+            gbs = kv_bytes / (t * 1e-3) / 1e12
+            print(
+                f"  loader only {t * 1e3:7.1f} us ({gbs:.2f} TB/s)  {var}", flush=True
+            )
+        except Exception as e:  # noqa: BLE001 (a probe: report, go on)
+            print(f"  error {type(e).__name__}: {str(e)[:200]}  {var}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
