@@ -53,6 +53,7 @@ def _compile(
     fence_in_mma=False,
     split_mma=False,
     pingpong=False,
+    narrow_convert=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -99,6 +100,7 @@ def _compile(
                 fence_in_mma=fence_in_mma,
                 split_mma=split_mma,
                 pingpong=pingpong,
+                narrow_convert=narrow_convert,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -453,6 +455,15 @@ _KERNELS = {
         "overlap": True,
         "ring": 4,
         "raw_slots": 4,
+    },
+    # The fp8 loader reads staged tiles back 8 values per thread (stores
+    # without bank conflicts); a cache in q's dtype ignores it.
+    "ws-narrow-convert": {"warp_specialized": True, "narrow_convert": True},
+    "ws-128rows-launch-fp8-narrow-convert": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True),
+        "narrow_convert": True,
     },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).

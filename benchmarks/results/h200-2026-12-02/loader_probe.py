@@ -4,8 +4,8 @@
 # time is what the loader can do at one program per SM; set against the
 # full kernel's and the read floor's at one shape.
 #   PYTHONPATH=/tmp/t371:src python3 loader_probe.py SHAPE_INDEX bf16|fp8 'JSON'
-# (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n",
-# "programs_per_sm"} variants)
+# (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n", "rows",
+# "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots"} variants)
 import json
 import sys
 
@@ -59,9 +59,9 @@ def loader_only_kernel(
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    num_warps: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    dtype: gl.constexpr = G._mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     tile_smem: gl.constexpr = G._tile_smem([BLOCK_N, HEAD_DIM], dtype)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
@@ -103,6 +103,7 @@ def loader_only_kernel(
                     stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
                     BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
                     KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
+                    NARROW_CONVERT,
                 ),
             ),
         ],
@@ -113,18 +114,19 @@ def loader_only_kernel(
 
 def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
                 v_scale=None, *, ring=4, raw_slots=2, fence_in_mma=False,
-                block_n=64, rows=128, programs_per_sm=1, worker_regs=112):  # fmt: skip
+                block_n=64, rows=128, programs_per_sm=1, worker_regs=112,
+                narrow_convert=False, f16_dots=False):  # fmt: skip
     group = q.shape[1] // k.shape[2]
     args, constants = G.kernel_arguments(
         q, k, v, bt, ctx, qsl, window, scale, out, k_scale, v_scale,
-        block_q=rows // group, block_n=block_n,
+        block_q=rows // group, block_n=block_n, f16_dots=f16_dots,
     )  # fmt: skip
     grid = (min(ctx.shape[0] * k.shape[2], programs_per_sm * sm_count(q.device)),)
     loader_only_kernel[grid](
         *args, **constants,
         **G.pipeline_constants(
             ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=False,
-            fence_in_mma=fence_in_mma,
+            fence_in_mma=fence_in_mma, narrow_convert=narrow_convert,
         ),
         num_warps=4,
     )  # fmt: skip

@@ -214,6 +214,21 @@ def _kv_layout(head_dim, kv_fp8, num_warps):
 
 
 @gluon.constexpr_function
+def _convert_layout(head_dim, narrow, num_warps):
+    """How the loader reads staged e4m3 tiles back to convert them: as
+    copied (``_kv_layout``), or ``narrow``: 8 values per thread, a warp's
+    threads along the head dim, so that each thread's converted values are
+    one 16-byte piece and the 8 threads of a quarter warp store 8
+    neighbouring pieces of one row (one wavefront). With 16 values per
+    thread each thread stores two pieces, and a quarter warp's first pieces
+    fall into 4 of the 8 bank groups twice: two wavefronts per store."""
+    if not narrow:
+        return _kv_layout(head_dim, True, num_warps)
+    tpw_d = head_dim // 8
+    return gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [num_warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
 def _mma_layout(n, num_warps):
     """The accumulator layout of a warpgroup MMA with ``n`` output columns."""
     return gl.NVMMADistributedLayout(
@@ -485,7 +500,7 @@ def _ws_load_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
-    AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -495,7 +510,9 @@ def _ws_load_partition(
     of a fence (which waits for the thread's outstanding loads); the
     multiplying warps fence after waiting. Caches in q's dtype:
     ``_ws_copy_partition`` instead (``k_raw``/``v_raw`` unused, ``AHEAD``
-    its copies in flight at a signal)."""
+    its copies in flight at a signal). ``NARROW``: the staged tiles are read
+    back 8 values per thread (``_convert_layout``, every loading thread's
+    copies awaited), so that the converted stores are one wavefront each."""
     if not KV_FP8:
         _ws_copy_partition(
             k_smem, v_smem, ready, empty, k_ptr, v_ptr, block_table_ptr,
@@ -507,6 +524,7 @@ def _ws_load_partition(
         )  # fmt: skip
     else:
         kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, 4)
+        cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
         it = 0
         num_items = num_reqs * NUM_KV_HEADS
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -537,13 +555,15 @@ def _ws_load_partition(
                     buf = it % NUM_BUF
                     # Tile t landed (the NUM_RAW - 1 after it may be in flight).
                     async_copy.wait_group(NUM_RAW - 1)
+                    if NARROW:
+                        gl.barrier()  # read back across the loading threads
                     # Ring buffer free once the MMAs on its previous tile have
                     # completed (in the first round parity 1, which precedes a
                     # new barrier's phase).
                     mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
                     _convert_tiles(
                         k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
-                        v_smem.index(buf), kv_layout, KV_FP8,
+                        v_smem.index(buf), cvt_layout, KV_FP8,
                     )  # fmt: skip
                     # Tile t + NUM_RAW into the slot just read (the barrier that
                     # the compiler puts between the reads and the copy orders
@@ -798,7 +818,7 @@ def fixed_history_ws_kernel(
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    num_warps: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -884,6 +904,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
                         BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
                         KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
+                        NARROW_CONVERT,
                     ),
                 ),
             ],
@@ -915,6 +936,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
                         BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
                         KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
+                        NARROW_CONVERT,
                     ),
                 ),
             ],
@@ -937,7 +959,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
-    mma_regs=MMA_PART_REGS, pingpong=False,
+    mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -951,6 +973,7 @@ def pipeline_constants(
         SPLIT_MMA=split_mma,
         MMA_REGS=mma_regs,
         PINGPONG=pingpong,
+        NARROW_CONVERT=narrow_convert,
     )
 
 
@@ -1043,6 +1066,7 @@ def fixed_history_attention_wgmma(
     split_mma=False,
     mma_regs=MMA_PART_REGS,
     pingpong=False,
+    narrow_convert=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -1076,7 +1100,9 @@ def fixed_history_attention_wgmma(
     second), each releasing every ring buffer itself, instead of one of 8
     warps, whose releases synchronize both warpgroups at every tile.
     ``pingpong`` (with ``split_mma`` and ``overlap``): the two partitions
-    issue their MMAs in turn, one's softmax beside the other's MMAs."""
+    issue their MMAs in turn, one's softmax beside the other's MMAs.
+    ``narrow_convert`` (fp8 caches): the loader converts 8 values per thread
+    at a time, so that its stores into the ring run without bank conflicts."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -1129,6 +1155,7 @@ def fixed_history_attention_wgmma(
                 split_mma=split_mma,
                 mma_regs=mma_regs,
                 pingpong=pingpong,
+                narrow_convert=narrow_convert,
             ),
             num_warps=4 if split_mma else rows // 16,
             maxnreg=maxnreg,
