@@ -1069,6 +1069,9 @@ if not _IN_CHILD:
             group = shape[4] // shape[5]
             assert plan.num_splits == 1, plan
             assert plan.block_q * group == plan.tile_rows(group) in (64, 128), plan
+        # An fp8 cache takes float16 MMAs in the Gluon kernel (its loader then
+        # converts e4m3 -> float16 only), and at D = 64 in either kernel.
+        assert plan.fp8_f16_dot is (kv_fp8 and (gluon or shape[6] <= 64)), plan
         # Never where it cannot run; there the plans are the Triton kernel's
         # (pinned in test_plan_for_the_h200_benchmark_shapes).
         assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
@@ -1129,8 +1132,11 @@ if not _IN_CHILD:
         else:
             assert args[9:] == (None, None)
         expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
-        # 128-row tiles: two multiplying partitions and a ring of 4 (measured
-        # faster); 3 staged fp8 tiles, or the multiplying warps fence.
+        # fp8: the loader converts 8 values per thread. 128-row tiles: two
+        # multiplying partitions and a ring of 4 (measured faster); 3 staged
+        # fp8 tiles, or the multiplying warps fence.
+        if fp8:
+            expected.update(narrow_convert=True)
         if rows == 128 and fp8:
             expected.update(split_mma=True, ring=4, raw_slots=3)
         elif rows == 128:

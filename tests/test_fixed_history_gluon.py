@@ -456,15 +456,10 @@ _KERNELS = {
         "ring": 4,
         "raw_slots": 4,
     },
-    # The fp8 loader reads staged tiles back 8 values per thread (stores
-    # without bank conflicts); a cache in q's dtype ignores it.
-    "ws-narrow-convert": {"warp_specialized": True, "narrow_convert": True},
-    "ws-128rows-launch-fp8-narrow-convert": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True),
-        "narrow_convert": True,
-    },
+    # The launch's choice for 64-row tiles of an fp8 cache: the loader
+    # reads staged tiles back 8 values per thread (stores without bank
+    # conflicts); a cache in q's dtype ignores it.
+    "ws-launch-fp8": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=True)},
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},

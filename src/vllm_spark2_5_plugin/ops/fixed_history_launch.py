@@ -113,20 +113,24 @@ class LaunchPlan:
 
 
 def _gluon_pipeline(rows: int, *, kv_fp8: bool) -> dict:
-    """The Gluon kernel's pipeline options beyond its defaults (H200, 32
-    requests x 4 KV heads x 4096 keys). 128-row tiles: two multiplying
-    partitions of 64 rows each (``split_mma``; one partition of 8 warps
-    synchronizes both warpgroups at every tile), with a ring of 4 tiles.
-    With a cache in q's dtype the multiplying warps also fence each tile
-    and the loader's copies signal their tiles as they land (103.8 -> 99.2
-    us; 109.0 before ``fence_in_mma``); with an fp8 cache 3 tiles are staged
-    (101.3 -> 99.0 us). Not for 64-row tiles, two programs per SM
-    (``fence_in_mma`` up to 27% slower at 256 requests)."""
-    if rows != 128:
-        return {}
-    if kv_fp8:
-        return {"split_mma": True, "ring": 4, "raw_slots": 3}
-    return {"split_mma": True, "fence_in_mma": True, "ring": 4}
+    """The Gluon kernel's pipeline options beyond its defaults (H200). fp8
+    caches: the loader converts 8 values per thread (its stores into the
+    ring then run without bank conflicts; with the float16 MMAs of the plan,
+    the benchmark's fp8 shapes 1-4 took 8-10% less than with neither, 15%
+    at shapes 1 and 3). 128-row tiles (32 requests x 4 KV heads x 4096
+    keys): two multiplying partitions of 64 rows each (``split_mma``; one
+    partition of 8 warps synchronizes both warpgroups at every tile), with
+    a ring of 4 tiles; with a cache in q's dtype the multiplying warps also
+    fence each tile and the loader's copies signal their tiles as they land
+    (103.8 -> 99.2 us; 109.0 before ``fence_in_mma``), with an fp8 cache 3
+    tiles are staged (101.3 -> 99.0 us). Not for 64-row tiles, two programs
+    per SM (``fence_in_mma`` up to 27% slower at 256 requests)."""
+    options = {"narrow_convert": True} if kv_fp8 else {}
+    if rows == 128 and kv_fp8:
+        options.update(split_mma=True, ring=4, raw_slots=3)
+    elif rows == 128:
+        options.update(split_mma=True, fence_in_mma=True, ring=4)
+    return options
 
 
 def sm_count(device: torch.device) -> int:
@@ -373,8 +377,10 @@ def _plan(
         asm_page_load=asm and nvidia,
         programs_per_sm=persistent,
         # Measured on the H200 (2026-12-01, same process): float16 dots were
-        # 11% faster at D = 64 and 13-17% slower at the four D = 128 shapes.
-        fp8_f16_dot=kv_fp8 and head_dim <= 64,
+        # 11% faster at D = 64 and 13-17% slower at the four D = 128 shapes
+        # in the Triton kernel. The Gluon kernel's loader, converting 8
+        # values per thread (2026-12-02), gains 5% from them at shapes 1-4.
+        fp8_f16_dot=kv_fp8 and (head_dim <= 64 or (gluon and splits == 1)),
         gluon=gluon and splits == 1,
     )
 
