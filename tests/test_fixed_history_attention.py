@@ -1138,7 +1138,7 @@ if not _IN_CHILD:
         if fp8:
             expected.update(narrow_convert=True)
         if rows == 128 and fp8:
-            expected.update(split_mma=True, ring=4, raw_slots=3)
+            expected.update(split_mma=True, ring=4)
         elif rows == 128:
             expected.update(split_mma=True, fence_in_mma=True, ring=4)
         assert kwargs == expected

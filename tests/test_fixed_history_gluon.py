@@ -219,6 +219,33 @@ def test_split_mma_partitions_do_not_wait_for_each_other(kv_dtype):
     assert two.shared_bytes <= 227 * 1024
 
 
+@pytest.mark.parametrize("f16", [False, True])
+@pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
+def test_narrow_convert_reads_staged_fp8_tiles_8_values_per_thread(
+    rows, group, maxnreg, f16
+):
+    # The fp8 loader reads each staged tile back in 8-byte pieces (twice the
+    # shared-memory loads of 16-byte pieces) and stores each thread's
+    # converted values as one 16-byte piece: the same 16-byte stores, so
+    # that a quarter warp covers all 8 bank groups of one row.
+    base, narrow = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *("fp8e4nv", group, 128),
+            maxnreg=maxnreg,
+            rows=rows,
+            f16=f16,
+            split_mma=rows == 128,
+            narrow_convert=flag,
+        )
+        for flag in (False, True)
+    )
+    assert narrow.count("LDS.64") == 2 * base.count("LDS.128") > 0
+    assert narrow.count("LDS.128") == 0 and base.count("LDS.64") == 0
+    assert narrow.count("STS.128") == base.count("STS.128") > 0
+    assert narrow.registers <= maxnreg and narrow.stack_bytes <= base.stack_bytes
+
+
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
     # The pipelines the launch picks for 128-row tiles (one program per SM,

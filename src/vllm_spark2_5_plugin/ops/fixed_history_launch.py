@@ -113,21 +113,22 @@ class LaunchPlan:
 
 
 def _gluon_pipeline(rows: int, *, kv_fp8: bool) -> dict:
-    """The Gluon kernel's pipeline options beyond its defaults (H200). fp8
-    caches: the loader converts 8 values per thread (its stores into the
-    ring then run without bank conflicts; with the float16 MMAs of the plan,
-    the benchmark's fp8 shapes 1-4 took 8-10% less than with neither, 15%
-    at shapes 1 and 3). 128-row tiles (32 requests x 4 KV heads x 4096
-    keys): two multiplying partitions of 64 rows each (``split_mma``; one
-    partition of 8 warps synchronizes both warpgroups at every tile), with
-    a ring of 4 tiles; with a cache in q's dtype the multiplying warps also
-    fence each tile and the loader's copies signal their tiles as they land
-    (103.8 -> 99.2 us; 109.0 before ``fence_in_mma``), with an fp8 cache 3
-    tiles are staged (101.3 -> 99.0 us). Not for 64-row tiles, two programs
-    per SM (``fence_in_mma`` up to 27% slower at 256 requests)."""
+    """The Gluon kernel's pipeline options beyond its defaults (H200,
+    2026-12-02). fp8 caches: the loader converts 8 values per thread, so
+    that its stores into the ring run without bank conflicts (with the
+    plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
+    128-row tiles (32 requests x 4 KV heads x 4096 keys): two multiplying
+    partitions of 64 rows each (``split_mma``; one partition of 8 warps
+    synchronizes both warpgroups at every tile) and a ring of 4 tiles
+    (fp8: 101.3 -> 99.0 us before the narrow conversion); with a cache in
+    q's dtype the multiplying warps also fence each tile and the loader's
+    copies signal their tiles as they land (109.0 -> 103.8 us with
+    ``fence_in_mma``, 99.2 with ``split_mma`` too). ``fence_in_mma`` is not
+    for 64-row tiles, two programs per SM (up to 27% slower at 256
+    requests), nor for fp8 caches (no gain)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if rows == 128 and kv_fp8:
-        options.update(split_mma=True, ring=4, raw_slots=3)
+        options.update(split_mma=True, ring=4)
     elif rows == 128:
         options.update(split_mma=True, fence_in_mma=True, ring=4)
     return options
