@@ -554,9 +554,16 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 dict(ws, raw_slots=4, ring=3, **big),
             )
         )
-        # float16 MMAs (K/V converted to float16 only)
+        # float16 MMAs (K/V converted to float16 only), and with the staged
+        # tiles read back 8 values per thread (the launch's fp8 loader)
         variants += [
             (f"{name}, float16 dots", dict(kwargs, f16_dots=True))
+            for name, kwargs in variants[1:]
+        ] + [
+            (
+                f"{name}, float16 dots, narrow conversion",
+                dict(kwargs, f16_dots=True, narrow_convert=True),
+            )
             for name, kwargs in variants[1:]
         ]
     for name, kwargs in variants:

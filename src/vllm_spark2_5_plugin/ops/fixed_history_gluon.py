@@ -25,15 +25,19 @@ key split (no partial results):
   tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
   q's dtype: copy straight into the ring) and one or two multiplying ones
   (MMAs and softmax), synchronized by mbarriers, so that the conversion runs
-  beside the MMAs and the softmax instead of between them. On the H200,
-  9.5-11.5% faster than the Triton kernel at the benchmark's fp8 shapes 1-3
-  (64 rows) and 31% at shape 4 (128 rows); still 1.9-3.3 times the read
-  floor, bound by latency at 4 warps per scheduler rather than by issue or
-  bandwidth (``benchmarks/fixed_history_attention_h200.md``, "A
-  warp-specialized Gluon kernel"). With bf16 caches 4-26% faster (shape 4:
-  1.66 times the floor, its 128-row tiles fenced by the multiplying warps,
-  ``FENCE_IN_MMA``). ``OVERLAP`` (not in the policy) computes the softmax
-  of tile t while ``P V`` of tile t - 1 runs.
+  beside the MMAs and the softmax instead of between them. On the H200
+  (kernel in a CUDA graph against the read floor, 2026-12-02): fp8 caches
+  1.62, 1.64, 1.83 and 2.84 times the floor at the benchmark's shapes 1-4,
+  bound by the loader (alone, with nothing to multiply, it takes 1.71
+  times the floor at shape 1 and 2.04 at shape 4); bf16 caches 1.07-1.18
+  at shapes 1-3 and 1.59 at shape 4, whose 128-row tiles run one program
+  per SM
+  (``benchmarks/fixed_history_attention_h200.md``). The launch's 128-row
+  tiles run two multiplying partitions (``SPLIT_MMA``), fenced by the
+  multiplying warps with a cache in q's dtype (``FENCE_IN_MMA``); its fp8
+  loader reads staged tiles back 8 values per thread (``NARROW_CONVERT``).
+  ``OVERLAP`` and ``PINGPONG`` (not in the policy) compute the softmax of
+  tile t while ``P V`` of tile t - 1 runs, and take turns at the MMAs.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
@@ -824,8 +828,8 @@ def fixed_history_ws_kernel(
     loading (and for fp8 caches converting) in a separate warpgroup
     (``gl.warp_specialize``) that stages ``NUM_RAW`` key tiles ahead and
     fills up to ``NUM_BUF`` ring buffers ahead of the multiplying warps
-    (``num_warps``: 4 for 64-row tiles, 8 for 128). Caches in q's dtype are
-    copied straight into the ring."""
+    (``num_warps``: 4 for 64-row tiles, 8 for 128, or 4 per partition with
+    ``SPLIT_MMA``). Caches in q's dtype are copied straight into the ring."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
