@@ -171,6 +171,22 @@ def _make_inputs(
     return q, k_cache, v_cache, block_table, context_lens, query_start_loc
 
 
+def _poison_outside_windows(k, v, bt, ctx, qsl, window):
+    """NaN in every cache slot outside the requests' key ranges: slots a
+    kernel may read (whole pages, whole tiles) but must not use, since a
+    weight of 0 times NaN is NaN."""
+    page = k.shape[1]
+    keep = torch.zeros(k.shape[:2], dtype=torch.bool, device=k.device)
+    counts = (qsl[1:] - qsl[:-1]).tolist()
+    for r, (c, n) in enumerate(zip(ctx.tolist(), counts, strict=True)):
+        lo = 0 if window is None else max(0, c - window)
+        pos = torch.arange(lo, c + n, device=k.device)
+        keep[bt[r].long()[pos // page], pos % page] = True
+    # All-ones bytes are NaN in bfloat16, float16 and float8_e4m3fn.
+    k.view(torch.uint8)[~keep] = 0xFF
+    v.view(torch.uint8)[~keep] = 0xFF
+
+
 def _reference_f64(
     q, k_cache, v_cache, block_table, ctx, qsl, window, scale, fp8_scales=None
 ):
@@ -251,7 +267,8 @@ def _run_and_check(
     ``scale_form`` (see :func:`_scale_args`); with a ``plan`` that takes the
     fp8 tensor-core path the reference gets the e4m3-rounded q and the bound
     of :func:`_assert_within_e4m3_rounding`. ``options``: q_gain, strided_q,
-    extra_rows of :func:`_make_inputs`."""
+    extra_rows of :func:`_make_inputs`; poison: NaN in every cache slot
+    outside the requests' key ranges (:func:`_poison_outside_windows`)."""
     seed = _fresh_seed()
     what = (
         f"seed={seed} {case} {dtype} out_given={out_given} plan={plan} "
@@ -259,9 +276,12 @@ def _run_and_check(
     )
     if fp8_scales is not None:
         fp8_scales = tuple(_f32(s) for s in fp8_scales)
+    poison = options.pop("poison", False)
     q, k, v, bt, ctx, qsl = _make_inputs(
         case, dtype=dtype, device=device, seed=seed, fp8_scales=fp8_scales, **options
     )
+    if poison:
+        _poison_outside_windows(k, v, bt, ctx, qsl, case.window)
     extra_rows = options.get("extra_rows", 0)
     window, scale = case.window, case.head_dim**-0.5
     e4m3 = fp8_scales is not None and plan is not None and plan.fp8_e4m3_dot
@@ -462,6 +482,13 @@ if _IN_CHILD:
         _interp_check(
             Case([25, 3], [4, 4], 12, 4, 2, 64, 4), q_gain=4.0, strided_q=True
         )
+
+    @pytest.mark.parametrize("fp8_scales", [None, (0.5, 2.0)], ids=["f16", "fp8"])
+    @pytest.mark.parametrize("name", ["L_above_W_gqa4_hnd", "one_long_block"])
+    def test_interp_ignores_cache_slots_outside_the_window(name, fp8_scales):
+        # NaN in the slots before each window in its first page, past each
+        # request's end in its last, and in every page no request uses.
+        _interp_check(_INTERP_CASES[name], fp8_scales=fp8_scales, poison=True)
 
     def test_interp_leaves_padding_rows_untouched():
         _interp_check(Case([10, 4], [2, 3], 6, 2, 1, 32, 4), extra_rows=4)

@@ -24,6 +24,7 @@ from test_fixed_history_attention import (
     _assert_close,
     _fresh_seed,
     _make_inputs,
+    _poison_outside_windows,
     _reference_f64,
 )
 
@@ -573,3 +574,40 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
     what = f"seed={seed} {name} fp8={fp8} f16={f16_dots} {kernel}"
     _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
+
+
+@_sm90
+@pytest.mark.parametrize(
+    "kernel", ["wgmma", "ws", "ws-launch-fp8", "ws-128rows-launch-bf16"]
+)
+@pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_gluon_kernel_ignores_cache_slots_outside_the_window(name, fp8, kernel):
+    # The cache holds NaN everywhere but in the requests' windows: the slots
+    # before a window in its first page, past a request's end in its last
+    # page, and every page no request uses.
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    case = _CASES[name]
+    seed = _fresh_seed()
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case, dtype=torch.bfloat16, device="cuda", seed=seed, fp8_scales=fp8
+    )
+    _poison_outside_windows(k, v, bt, ctx, qsl, case.window)
+    scales = {}
+    if fp8 is not None:
+        scales = {
+            "k_scale": torch.tensor(fp8[0], dtype=torch.float32, device="cuda"),
+            "v_scale": torch.tensor(fp8[1], dtype=torch.float32, device="cuda"),
+        }
+    scale = case.head_dim**-0.5
+    out = torch.full_like(q, float("nan"))
+    fixed_history_attention_wgmma(
+        q, k, v, bt, ctx, qsl, case.window, scale, out, **scales, **_KERNELS[kernel]
+    )
+    torch.cuda.synchronize()
+    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
+    what = f"seed={seed} {name} fp8={fp8} {kernel}"
+    _assert_close(out, ref, torch.bfloat16, sum(case.q_lens), what)
