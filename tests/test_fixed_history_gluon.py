@@ -3,12 +3,15 @@
 
 * On any machine: both kernels compile for sm_90 with the installed Triton
   (no GPU needed), within the register file, with warpgroup MMAs, and the
-  warp-specialized one with its register reallocation; and the direct-copy
+  warp-specialized one with its register reallocation; the machine code of
+  its options (two multiplying partitions, turns, the narrow fp8 read-back,
+  whose stores Triton counts free of bank conflicts); and the direct-copy
   loader's signalling rule (``copies_ahead``) against a model of the ring's
   barrier protocol, which deadlocks with the rule that hung on the GPU.
 * With an sm_90 GPU (skipped otherwise): both against the float64 reference
   (fp8 and bf16 caches, GQA 1 to 8, windows, empty requests, several query
-  passes, padding rows left untouched). Gluon does not run under Triton's
+  passes, padding rows left untouched), also with NaN in every cache slot
+  outside the requests' windows. Gluon does not run under Triton's
   interpreter; the math is the Triton kernel's, whose interpreter tests
   cover it on CPU (``tests/test_fixed_history_attention.py``).
 """
@@ -27,6 +30,8 @@ from test_fixed_history_attention import (
     _poison_outside_windows,
     _reference_f64,
 )
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
 
@@ -218,6 +223,41 @@ def test_split_mma_partitions_do_not_wait_for_each_other(kv_dtype):
     assert two.count("WARPGROUP.DEPBAR") == 2 * one.count("WARPGROUP.DEPBAR")
     assert two.registers <= 168 and two.stack_bytes == 0
     assert two.shared_bytes <= 227 * 1024
+
+
+@gluon.jit
+def _store_conflicts_kernel(
+    REGS: gl.constexpr, SMEM: gl.constexpr, EXPECTED: gl.constexpr
+):
+    # Compiled only: Triton's count of the bank conflicts of storing a
+    # [64, 128] float16 tile held in REGS into a buffer laid out as SMEM.
+    found: gl.constexpr = gl.bank_conflicts(
+        gl.distributed_type(gl.float16, [64, 128], REGS),
+        gl.shared_memory_descriptor_type(gl.float16, [64, 128], SMEM, [64, 128]),
+    )
+    gl.static_assert(found == EXPECTED)
+
+
+def test_narrow_convert_stores_converted_tiles_without_bank_conflicts():
+    # The fp8 loader stores each converted tile from the layout it read the
+    # staged tile in into a ring buffer: with 16 values per thread Triton
+    # counts bank conflicts, with the narrow read-back none.
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+
+    ring = gluon_ops._tile_smem([64, 128], gl.float16)
+    for narrow, expected in ((False, 1), (True, 0)):
+        regs = gluon_ops._convert_layout(128, narrow, 4)
+        constants = {"REGS": regs, "SMEM": ring, "EXPECTED": expected}
+        source = GluonASTSource(
+            _store_conflicts_kernel,
+            dict.fromkeys(constants, "constexpr"),
+            constexprs=constants,
+        )
+        triton.compile(source, target=GPUTarget("cuda", 90, 32))
 
 
 @pytest.mark.parametrize("f16", [False, True])
