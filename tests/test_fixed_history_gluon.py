@@ -579,12 +579,21 @@ _KERNELS = {
 )
 @pytest.mark.parametrize("name", sorted(_CASES))
 def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
+
+    if fp8 is None and kernel == "ws-raw4-ring3-1sm":
+        pytest.skip("fp8 only (4 staged bf16 tiles exceed the shared memory)")
+    _check_against_reference(name, fp8, kernel, f16_dots=f16_dots)
+
+
+def _check_against_reference(name, fp8, kernel, poison=False, **options):
+    """Runs one Gluon kernel variant (``_KERNELS[kernel]`` and ``options``)
+    on fresh random inputs of case ``name`` (``poison``: NaN in every cache
+    slot outside the requests' windows) and checks it against the float64
+    reference; padding rows must stay NaN."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
 
-    if fp8 is None and kernel == "ws-raw4-ring3-1sm":
-        pytest.skip("fp8 only (4 staged bf16 tiles exceed the shared memory)")
     case = _CASES[name]
     seed = _fresh_seed()
     q, k, v, bt, ctx, qsl = _make_inputs(
@@ -595,6 +604,8 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
         extra_rows=3,
         fp8_scales=fp8,
     )
+    if poison:
+        _poison_outside_windows(k, v, bt, ctx, qsl, case.window)
     scales = {}
     if fp8 is not None:
         scales = {
@@ -615,12 +626,12 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
         out,
         **scales,
         **_KERNELS[kernel],
-        f16_dots=f16_dots,
+        **options,
     )
     torch.cuda.synchronize()
     ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
-    what = f"seed={seed} {name} fp8={fp8} f16={f16_dots} {kernel}"
+    what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"
     _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
 
@@ -635,28 +646,4 @@ def test_gluon_kernel_ignores_cache_slots_outside_the_window(name, fp8, kernel):
     # The cache holds NaN everywhere but in the requests' windows: the slots
     # before a window in its first page, past a request's end in its last
     # page, and every page no request uses.
-    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
-        fixed_history_attention_wgmma,
-    )
-
-    case = _CASES[name]
-    seed = _fresh_seed()
-    q, k, v, bt, ctx, qsl = _make_inputs(
-        case, dtype=torch.bfloat16, device="cuda", seed=seed, fp8_scales=fp8
-    )
-    _poison_outside_windows(k, v, bt, ctx, qsl, case.window)
-    scales = {}
-    if fp8 is not None:
-        scales = {
-            "k_scale": torch.tensor(fp8[0], dtype=torch.float32, device="cuda"),
-            "v_scale": torch.tensor(fp8[1], dtype=torch.float32, device="cuda"),
-        }
-    scale = case.head_dim**-0.5
-    out = torch.full_like(q, float("nan"))
-    fixed_history_attention_wgmma(
-        q, k, v, bt, ctx, qsl, case.window, scale, out, **scales, **_KERNELS[kernel]
-    )
-    torch.cuda.synchronize()
-    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
-    what = f"seed={seed} {name} fp8={fp8} {kernel}"
-    _assert_close(out, ref, torch.bfloat16, sum(case.q_lens), what)
+    _check_against_reference(name, fp8, kernel, poison=True)
