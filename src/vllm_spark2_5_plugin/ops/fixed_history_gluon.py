@@ -31,8 +31,7 @@ key split (no partial results):
   bound by the loader (alone, with nothing to multiply, it takes 1.71
   times the floor at shape 1 and 2.04 at shape 4); bf16 caches 1.07-1.18
   at shapes 1-3 and 1.59 at shape 4, whose 128-row tiles run one program
-  per SM
-  (``benchmarks/fixed_history_attention_h200.md``). The launch's 128-row
+  per SM (``benchmarks/fixed_history_attention_h200.md``). The launch's 128-row
   tiles run two multiplying partitions (``SPLIT_MMA``), fenced by the
   multiplying warps with a cache in q's dtype (``FENCE_IN_MMA``); its fp8
   loader reads staged tiles back 8 values per thread (``NARROW_CONVERT``).
