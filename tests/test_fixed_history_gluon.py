@@ -60,6 +60,7 @@ def _compile(
     split_mma=False,
     pingpong=False,
     narrow_convert=False,
+    tma=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -84,7 +85,18 @@ def _compile(
         "num_reqs": "i32",
         **{name: "i64" for name in _strides()},
     }
-    constants = dict(
+    constants = {}
+    if kernel_name == "fixed_history_ws_kernel":
+        # The caches' TMA descriptors (tma; the type of one over a cache of
+        # 16-key pages), else None.
+        from triton.runtime.jit import mangle_type
+
+        cache = torch.empty(4, 16, 8, head_dim, dtype=torch.bfloat16)
+        desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
+        signature.update(k_desc=desc, v_desc=desc)
+        if not tma:
+            constants.update(k_desc=None, v_desc=None)
+    constants.update(
         NUM_KV_HEADS=8,
         GROUP=group,
         BLOCK_Q=rows // group,
@@ -107,6 +119,7 @@ def _compile(
                 split_mma=split_mma,
                 pingpong=pingpong,
                 narrow_convert=narrow_convert,
+                tma=tma,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -193,6 +206,54 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
     # the MMAs, which it does when it cannot prove that P's registers
     # outlive its MMA.
     assert code.count("WARPGROUP.DEPBAR") == (4 if overlap else 2), code.instructions
+
+
+@pytest.mark.parametrize(
+    "rows,group,maxnreg,extra",
+    [(64, 4, 128, {}), (128, 8, 168, {"split_mma": True, "ring": 4})],
+)
+def test_tma_loader_copies_whole_pages_and_the_edge_tiles_with_cp_async(
+    rows, group, maxnreg, extra
+):
+    # tma: a 64-key tile of 16-key pages is 4 pages x 2 halves of the head
+    # dim x K and V = 16 TMA copies; the tiles with keys outside the window
+    # (an item's first and last) go through the masked cp.async copies
+    # (16-byte pieces), whose arrivals are counted on the tile's barrier.
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *("bf16", group, 128),
+        maxnreg=maxnreg,
+        rows=rows,
+        tma=True,
+        **extra,
+    )
+    assert code.count("UTMALDG.4D") == 16, code.instructions
+    assert code.count("LDGSTS.E.BYPASS.128") > 0
+    assert code.count("ARRIVES.LDGSTSBAR.64") > 0, code.instructions
+    assert code.registers <= maxnreg and code.stack_bytes == 0
+
+
+def test_tma_refuses_what_it_cannot_copy():
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    case = Case([40, 7], [4, 3], 32, 32, 8, 128, 16)
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case, dtype=torch.bfloat16, device="cpu", seed=0, fp8_scales=(0.5, 2.0)
+    )
+    scales = {"k_scale": torch.tensor(0.5), "v_scale": torch.tensor(2.0)}
+    with pytest.raises(ValueError, match="tma needs"):
+        fixed_history_attention_wgmma(
+            q, k, v, bt, ctx, qsl, 32, 0.1, **scales, warp_specialized=True, tma=True
+        )
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case._replace(page_size=128), dtype=torch.bfloat16, device="cpu", seed=0
+    )
+    with pytest.raises(ValueError, match="pages that divide block_n"):
+        fixed_history_attention_wgmma(
+            q, k, v, bt, ctx, qsl, 32, 0.1, warp_specialized=True, tma=True
+        )
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
@@ -537,6 +598,16 @@ _KERNELS = {
     # reads staged tiles back 8 values per thread (stores without bank
     # conflicts); a cache in q's dtype ignores it.
     "ws-launch-fp8": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=True)},
+    # Whole pages copied by TMA (caches in q's dtype only), the tiles with
+    # keys outside the window by cp.async.
+    "ws-tma": {"warp_specialized": True, "tma": True},
+    "ws-128rows-split-tma-ring4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "tma": True,
+        "ring": 4,
+    },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
@@ -594,6 +665,8 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         fixed_history_attention_wgmma,
     )
 
+    if fp8 is not None and _KERNELS[kernel].get("tma"):
+        pytest.skip("TMA copies caches in q's dtype only")
     case = _CASES[name]
     seed = _fresh_seed()
     q, k, v, bt, ctx, qsl = _make_inputs(
@@ -638,7 +711,15 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
 
 @_sm90
 @pytest.mark.parametrize(
-    "kernel", ["wgmma", "ws", "ws-launch-fp8", "ws-128rows-launch-bf16"]
+    "kernel",
+    [
+        "wgmma",
+        "ws",
+        "ws-launch-fp8",
+        "ws-128rows-launch-bf16",
+        "ws-tma",
+        "ws-128rows-split-tma-ring4",
+    ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("name", sorted(_CASES))

@@ -33,7 +33,7 @@ def _release_partition(
 ):  # fmt: skip
     it = 0
     for item in range(gl.program_id(0), num_reqs * NUM_KV_HEADS, gl.num_programs(0)):
-        _, _, _, num_q, _, _, n_tiles = G._item_range(
+        _, _, _, num_q, _, _, _, n_tiles = G._item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N,
         )  # fmt: skip
@@ -52,14 +52,14 @@ def loader_only_kernel(
     query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
     stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
     stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
-    stride_bt,
+    stride_bt, k_desc, v_desc,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    NARROW_CONVERT: gl.constexpr, num_warps: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     dtype: gl.constexpr = G._mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -100,10 +100,10 @@ def loader_only_kernel(
                     v_ptr, block_table_ptr, context_lens_ptr,
                     query_start_loc_ptr, window, num_reqs, stride_k_blk,
                     stride_k_slot, stride_k_head, stride_v_blk,
-                    stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
-                    BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                    KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
-                    NARROW_CONVERT,
+                    stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
+                    NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                    HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
+                    FENCE_IN_MMA, NARROW_CONVERT, TMA,
                 ),
             ),
         ],
@@ -123,7 +123,7 @@ def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
     )  # fmt: skip
     grid = (min(ctx.shape[0] * k.shape[2], programs_per_sm * sm_count(q.device)),)
     loader_only_kernel[grid](
-        *args, **constants,
+        *args, None, None, **constants,
         **G.pipeline_constants(
             ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=False,
             fence_in_mma=fence_in_mma, narrow_convert=narrow_convert,

@@ -54,6 +54,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     async_copy,
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -68,6 +69,22 @@ _LOG2E = 1.4426950408889634
 _async_load = getattr(async_copy, "async_load", None)
 if _async_load is None:
     _async_load = async_copy.async_copy_global_to_shared
+# The same for TMA's copy into shared memory (async_copy_global_to_shared,
+# async_load), and a shared-memory view with another shape and layout is
+# _reinterpret (3.7) or reinterpret (3.9).
+_tma_load = getattr(tma, "async_load", None)
+if _tma_load is None:
+    _tma_load = tma.async_copy_global_to_shared
+_PUBLIC_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+
+
+@gluon.jit
+def _view_as(smem, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    """``smem``'s bytes as a buffer of ``shape`` in ``layout``."""
+    if _PUBLIC_REINTERPRET:
+        return smem.reinterpret(dtype, shape, layout)
+    else:
+        return smem._reinterpret(dtype, shape, layout)
 
 
 @gluon.jit
@@ -79,10 +96,12 @@ def _item_range(
     HAS_WINDOW: gl.constexpr,
     NUM_KV_HEADS: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    ALIGN: gl.constexpr = 1,
 ):
-    """Request, KV head, first query row, query count, key range
-    ``lo .. hi - 1`` (the window's last keys and the draft block) and key
-    tiles of an item."""
+    """Request, KV head, first query row, query count, where the key tiles
+    start (``lo`` rounded down to a multiple of ``ALIGN``: a page for TMA,
+    which copies whole pages), the key range ``lo .. hi - 1`` (the window's
+    last keys and the draft block) and the key tiles of an item."""
     kv_head = item % NUM_KV_HEADS
     req = item // NUM_KV_HEADS
     q_first = gl.load(query_start_loc_ptr + req)
@@ -92,7 +111,8 @@ def _item_range(
     lo = 0
     if HAS_WINDOW:
         lo = gl.maximum(ctx_len - window, 0)
-    return req, kv_head, q_first, num_q, lo, hi, gl.cdiv(hi - lo, BLOCK_N)
+    first = lo - lo % ALIGN
+    return req, kv_head, q_first, num_q, first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
 
 
 @gluon.jit
@@ -263,19 +283,22 @@ def _row_ptrs(
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, acc, key_start, hi, score_scale, dtype: gl.constexpr):
+def _softmax_step(
+    s, m_i, l_i, acc, key_start, lo, hi, score_scale, dtype: gl.constexpr
+):
     """One online-softmax update (base 2) with the scores ``s`` of keys
-    ``key_start ..``: the new row maxima and sums, ``acc`` rescaled, and the
-    weights P as the A operand of ``P V``. Every tile holds a valid key."""
+    ``key_start ..`` (those outside ``lo .. hi - 1`` masked): the new row
+    maxima and sums, ``acc`` rescaled, and the weights P as the A operand of
+    ``P V``. Every tile holds a valid key."""
     p_op, m_new, l_i, alpha_o = _softmax_weights(
-        s, m_i, l_i, key_start, hi, score_scale, dtype, acc.type.layout
+        s, m_i, l_i, key_start, lo, hi, score_scale, dtype, acc.type.layout
     )
     return p_op, m_new, l_i, acc * gl.expand_dims(alpha_o, 1)
 
 
 @gluon.jit
 def _softmax_weights(
-    s, m_i, l_i, key_start, hi, score_scale, dtype: gl.constexpr,
+    s, m_i, l_i, key_start, lo, hi, score_scale, dtype: gl.constexpr,
     o_layout: gl.constexpr,
 ):  # fmt: skip
     """``_softmax_step`` without touching the output: the weights P, the new
@@ -283,9 +306,12 @@ def _softmax_weights(
     ``o_layout``) that the output takes before ``P V`` is added."""
     s_layout: gl.constexpr = s.type.layout
     BLOCK_N: gl.constexpr = s.shape[1]
-    if key_start + BLOCK_N > hi:  # only the last tile has keys to mask
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        s = gl.where(gl.expand_dims(key_start + offs_n < hi, 0), s, float("-inf"))
+    # Only the last tile has keys to mask, and the first where the tiles
+    # start at a page boundary before lo.
+    if (key_start + BLOCK_N > hi) | (key_start < lo):
+        keys = key_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        valid = (keys >= lo) & (keys < hi)
+        s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
@@ -358,12 +384,12 @@ def _issue_scores(q_smem, k_buf, num_warps: gl.constexpr):
 
 
 @gluon.jit
-def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, hi, score_scale):
+def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale):
     """Wait for the scores, update the softmax and run ``O += P V``; returns
     once the MMAs are done with the tile's buffers."""
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     p_op, m_i, l_i, acc = _softmax_step(
-        s, m_i, l_i, acc, key_start, hi, score_scale, v_buf.dtype
+        s, m_i, l_i, acc, key_start, lo, hi, score_scale, v_buf.dtype
     )
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -422,7 +448,7 @@ def fixed_history_wgmma_kernel(
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+        req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N,
         )  # fmt: skip
@@ -478,7 +504,7 @@ def fixed_history_wgmma_kernel(
                     KV_FP8,
                 )  # fmt: skip
                 m_i, l_i, acc = _finish_tile(
-                    s, v_smem.index(buf), m_i, l_i, acc, start, hi, score_scale
+                    s, v_smem.index(buf), m_i, l_i, acc, start, lo, hi, score_scale
                 )
                 # The converted tile becomes visible to the next MMAs (async
                 # proxy), from every warp.
@@ -499,11 +525,12 @@ def _ws_load_partition(
     k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
     window, num_reqs,
     stride_k_blk, stride_k_slot, stride_k_head,
-    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
+    TMA: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -515,8 +542,18 @@ def _ws_load_partition(
     ``_ws_copy_partition`` instead (``k_raw``/``v_raw`` unused, ``AHEAD``
     its copies in flight at a signal). ``NARROW``: the staged tiles are read
     back 8 values per thread (``_convert_layout``, every loading thread's
-    copies awaited), so that the converted stores are one wavefront each."""
-    if not KV_FP8:
+    copies awaited), so that the converted stores are one wavefront each.
+    ``TMA`` (caches in q's dtype): ``_ws_tma_partition`` with the caches'
+    descriptors ``k_desc``/``v_desc``."""
+    if TMA:
+        _ws_tma_partition(
+            k_desc, v_desc, k_smem, v_smem, ready, empty, k_ptr, v_ptr,
+            block_table_ptr, context_lens_ptr, query_start_loc_ptr, window,
+            num_reqs, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+            stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
+        )  # fmt: skip
+    elif not KV_FP8:
         _ws_copy_partition(
             k_smem, v_smem, ready, empty, k_ptr, v_ptr, block_table_ptr,
             context_lens_ptr, query_start_loc_ptr, window, num_reqs,
@@ -531,7 +568,7 @@ def _ws_load_partition(
         it = 0
         num_items = num_reqs * NUM_KV_HEADS
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-            req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+            req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
                 item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
                 NUM_KV_HEADS, BLOCK_N,
             )  # fmt: skip
@@ -620,7 +657,7 @@ def _ws_copy_partition(
     done = 0  # tiles signalled
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+        req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N,
         )  # fmt: skip
@@ -666,6 +703,110 @@ def _ws_copy_partition(
             mbarrier.arrive(ready.index(j % NUM_BUF), count=1)
 
 
+@gluon.constexpr_function
+def tma_piece_layout(bitwidth):
+    """The shared layout of one TMA copy: a page of one KV head, 64 values
+    of the head dim (``[1, PAGE_SIZE, 1, 64]`` of a ``[blocks, page, heads,
+    D]`` cache), placed inside a ring buffer's 128-byte swizzle."""
+    return gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=bitwidth, rank=4
+    )
+
+
+@gluon.jit
+def _ws_tma_partition(
+    k_desc, v_desc, k_smem, v_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    NUM_BUF: gl.constexpr,
+):  # fmt: skip
+    """The loading warpgroup with TMA (caches in q's dtype): the key tiles
+    of an item start at a page boundary, and every tile whose keys all lie
+    in ``lo .. hi - 1`` is copied by the tensor memory accelerator, one page
+    of one KV head and 64 values of the head dim per copy, into ring buffer
+    ``it % NUM_BUF``, whose ``ready`` barrier completes when the tile's
+    bytes have landed. The others (the item's first, where ``lo`` is not at
+    a page boundary, and its last) are copied with ``cp.async`` instead,
+    with the keys outside the range zero-filled: cache slots outside a
+    request's window may hold anything, and a weight of 0 times NaN is NaN.
+    Their copies arrive on the barrier as they land (each one counted
+    first), then the loader arrives once. The multiplying warps fence every
+    tile after waiting (the ``cp.async`` copies are not in TMA's proxy)."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
+    dtype: gl.constexpr = k_smem.dtype
+    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    PIECES: gl.constexpr = HEAD_DIM // 64
+    TILE_BYTES: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
+    piece_layout: gl.constexpr = tma_piece_layout(dtype.primitive_bitwidth)
+    piece_shape: gl.constexpr = [PIECES * PAGES, 1, PAGE_SIZE, 1, 64]
+    it = 0
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        req, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+        )  # fmt: skip
+        bt_row, k_head, v_head = _kv_rows(
+            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
+            stride_k_head, stride_v_head,
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            for t in range(0, n_tiles):
+                buf = it % NUM_BUF
+                start = first + t * BLOCK_N
+                # Free once the MMAs on its previous tile completed (in the
+                # first round parity 1, which precedes a new barrier's phase).
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                if (start >= lo) & (start + BLOCK_N <= hi):
+                    mbarrier.expect(ready.index(buf), TILE_BYTES)
+                    # The buffer as pieces: piece h * PAGES + p holds rows
+                    # 16p .. 16p + 15 of the head dim's h-th 64 values (a
+                    # 128-byte-swizzled [BLOCK_N, HEAD_DIM] tile stores its
+                    # 64-value column blocks one after the other).
+                    k_pieces = _view_as(
+                        k_smem.index(buf), dtype, piece_shape, piece_layout
+                    )
+                    v_pieces = _view_as(
+                        v_smem.index(buf), dtype, piece_shape, piece_layout
+                    )
+                    for p in gl.static_range(PAGES):
+                        page_id = gl.load(bt_row + start // PAGE_SIZE + p)
+                        for h in gl.static_range(PIECES):
+                            _tma_load(
+                                k_desc, [page_id, 0, kv_head, 64 * h],
+                                ready.index(buf), k_pieces.index(h * PAGES + p),
+                            )  # fmt: skip
+                            _tma_load(
+                                v_desc, [page_id, 0, kv_head, 64 * h],
+                                ready.index(buf), v_pieces.index(h * PAGES + p),
+                            )  # fmt: skip
+                else:
+                    page, ok = _tile_pages(
+                        bt_row, start, hi, PAGE_SIZE, BLOCK_N, kv_layout
+                    )
+                    keys = start + gl.arange(
+                        0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout)
+                    )
+                    ok = ok & (keys >= lo)
+                    _copy_kv_tiles(
+                        k_smem.index(buf), v_smem.index(buf), k_head, v_head,
+                        page, ok, start, stride_k_blk, stride_k_slot,
+                        stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N,
+                        HEAD_DIM, kv_layout,
+                    )  # fmt: skip
+                    async_copy.mbarrier_arrive(ready.index(buf), increment_count=True)
+                    # Every thread's copies counted before the arrival that
+                    # would otherwise complete the phase.
+                    gl.barrier()
+                    mbarrier.arrive(ready.index(buf), count=1)
+                it += 1
+    async_copy.wait_group(0)
+
+
 @gluon.jit
 def _wait_tile(ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr):
     """Wait until ring buffer ``it % NUM_BUF`` holds tile ``it``; ``FENCE``
@@ -696,7 +837,7 @@ def _pass_turn(turn, k, ME: gl.constexpr, PINGPONG: gl.constexpr):
 @gluon.jit
 def _overlapped_tiles(
     q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc, it, k,
-    n_tiles, lo, hi, score_scale, NUM_BUF: gl.constexpr,
+    n_tiles, first, lo, hi, score_scale, NUM_BUF: gl.constexpr,
     MMA_WARPS: gl.constexpr, FENCE: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr,
 ):  # fmt: skip
@@ -718,7 +859,7 @@ def _overlapped_tiles(
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     # acc is zero before the first tile: no rescaling.
     p_op, m_i, l_i, _ = _softmax_weights(
-        s, m_i, l_i, lo, hi, score_scale, dtype, o_layout
+        s, m_i, l_i, first, lo, hi, score_scale, dtype, o_layout
     )
     for t in range(1, n_tiles):
         prev = buf
@@ -733,7 +874,7 @@ def _overlapped_tiles(
         k = _pass_turn(turn, k, ME, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p_op, m_i, l_i, alpha_o = _softmax_weights(
-            s, m_i, l_i, lo + t * BLOCK_N, hi, score_scale, dtype, o_layout
+            s, m_i, l_i, first + t * BLOCK_N, lo, hi, score_scale, dtype, o_layout
         )
         # P of tile t - 1 stays in its registers until its MMA is done.
         acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
@@ -759,7 +900,7 @@ def _ws_mma_partition(
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
-    PINGPONG: gl.constexpr,
+    PINGPONG: gl.constexpr, ALIGN: gl.constexpr,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -767,16 +908,17 @@ def _ws_mma_partition(
     output at the end of each pass. A pass covers ``PASS_Q`` queries of the
     request, of which these warps take ``BLOCK_Q`` from ``Q_OFFSET`` on (all
     of them, or one half where two partitions share the key tiles; ``ME``:
-    which half, for ``PINGPONG``)."""
+    which half, for ``PINGPONG``). The key tiles start at a multiple of
+    ``ALIGN`` (a page where TMA copies them)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        _, kv_head, q_first, num_q, lo, hi, n_tiles = _item_range(
+        _, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N,
+            NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
@@ -788,8 +930,8 @@ def _ws_mma_partition(
             if OVERLAP:
                 m_i, l_i, acc, it, k = _overlapped_tiles(
                     q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc,
-                    it, k, n_tiles, lo, hi, score_scale, NUM_BUF, MMA_WARPS,
-                    FENCE_IN_MMA, ME, PINGPONG,
+                    it, k, n_tiles, first, lo, hi, score_scale, NUM_BUF,
+                    MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
                 )  # fmt: skip
             else:
                 for t in range(0, n_tiles):
@@ -797,8 +939,8 @@ def _ws_mma_partition(
                     _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
                     s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                     m_i, l_i, acc = _finish_tile(
-                        s, v_smem.index(buf), m_i, l_i, acc, lo + t * BLOCK_N,
-                        hi, score_scale,
+                        s, v_smem.index(buf), m_i, l_i, acc,
+                        first + t * BLOCK_N, lo, hi, score_scale,
                     )  # fmt: skip
                     mbarrier.arrive(empty.index(buf), count=1)
                     it += 1
@@ -814,21 +956,23 @@ def fixed_history_ws_kernel(
     query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
     stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
     stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
-    stride_bt,
+    stride_bt, k_desc, v_desc,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    NARROW_CONVERT: gl.constexpr, num_warps: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
     (``gl.warp_specialize``) that stages ``NUM_RAW`` key tiles ahead and
     fills up to ``NUM_BUF`` ring buffers ahead of the multiplying warps
     (``num_warps``: 4 for 64-row tiles, 8 for 128, or 4 per partition with
-    ``SPLIT_MMA``). Caches in q's dtype are copied straight into the ring."""
+    ``SPLIT_MMA``). Caches in q's dtype are copied straight into the ring
+    (``TMA``: by the tensor memory accelerator through ``k_desc`` and
+    ``v_desc``, descriptors of the caches; else ``None``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -848,7 +992,11 @@ def fixed_history_ws_kernel(
     # FENCE_IN_MMA with a cache in q's dtype: every thread of the loading
     # warpgroup arrives on ready, through its copies. Each multiplying
     # partition releases a buffer.
-    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 else 1
+    # TMA: one arrival (with the tile's bytes, or the loader's after its
+    # counted cp.async copies), the multiplying warps fencing every tile.
+    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
+    MMA_FENCE: gl.constexpr = FENCE_IN_MMA or TMA
+    ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=PARTS)
@@ -882,7 +1030,7 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        FENCE_IN_MMA, BLOCK_Q, 0, 0, PINGPONG,
+                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN,
                     ),
                 ),
                 (
@@ -894,7 +1042,7 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        FENCE_IN_MMA, BLOCK_Q, PART_Q, 1, PINGPONG,
+                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN,
                     ),
                 ),
                 (
@@ -904,10 +1052,10 @@ def fixed_history_ws_kernel(
                         v_ptr, block_table_ptr, context_lens_ptr,
                         query_start_loc_ptr, window, num_reqs, stride_k_blk,
                         stride_k_slot, stride_k_head, stride_v_blk,
-                        stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
-                        BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                        KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
-                        NARROW_CONVERT,
+                        stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
+                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                        HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
                     ),
                 ),
             ],
@@ -926,7 +1074,7 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
-                        OVERLAP, FENCE_IN_MMA, BLOCK_Q, 0, 0, False,
+                        OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                     ),
                 ),
                 (
@@ -936,10 +1084,10 @@ def fixed_history_ws_kernel(
                         v_ptr, block_table_ptr, context_lens_ptr,
                         query_start_loc_ptr, window, num_reqs, stride_k_blk,
                         stride_k_slot, stride_k_head, stride_v_blk,
-                        stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS,
-                        BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                        KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD, FENCE_IN_MMA,
-                        NARROW_CONVERT,
+                        stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
+                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                        HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
                     ),
                 ),
             ],
@@ -962,7 +1110,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
-    mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False,
+    mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -977,6 +1125,7 @@ def pipeline_constants(
         MMA_REGS=mma_regs,
         PINGPONG=pingpong,
         NARROW_CONVERT=narrow_convert,
+        TMA=tma,
     )
 
 
@@ -1042,6 +1191,22 @@ def kernel_arguments(
     return args, constants
 
 
+def _tma_descriptor(cache):
+    """A TMA descriptor of a ``[blocks, page, KV heads, D]`` cache view (any
+    16-byte-aligned strides) whose copies are one page of one KV head and
+    64 values of the head dim."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    bits = cache.element_size() * 8
+    return TensorDescriptor(
+        cache,
+        list(cache.shape),
+        list(cache.stride()),
+        [1, cache.shape[1], 1, 64],
+        tma_piece_layout(bits),
+    )
+
+
 def fixed_history_attention_wgmma(
     q,
     k_cache,
@@ -1070,6 +1235,7 @@ def fixed_history_attention_wgmma(
     mma_regs=MMA_PART_REGS,
     pingpong=False,
     narrow_convert=False,
+    tma=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -1105,7 +1271,10 @@ def fixed_history_attention_wgmma(
     ``pingpong`` (with ``split_mma`` and ``overlap``): the two partitions
     issue their MMAs in turn, one's softmax beside the other's MMAs.
     ``narrow_convert`` (fp8 caches): the loader converts 8 values per thread
-    at a time, so that its stores into the ring run without bank conflicts."""
+    at a time, so that its stores into the ring run without bank conflicts.
+    ``tma`` (warp-specialized, a cache in q's dtype, head dim a multiple of
+    64, pages that divide ``block_n``): whole pages copied by the tensor
+    memory accelerator (``_ws_tma_partition``)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -1117,6 +1286,16 @@ def fixed_history_attention_wgmma(
         raise ValueError("split_mma needs rows=128 and warp_specialized=True")
     if pingpong and not (split_mma and overlap):
         raise ValueError("pingpong needs split_mma=True and overlap=True")
+    if tma and (
+        not warp_specialized
+        or k_cache.dtype != q.dtype
+        or q.shape[2] % 64
+        or block_n % k_cache.shape[1]
+    ):
+        raise ValueError(
+            "tma needs warp_specialized=True, a cache in q's dtype, a head dim "
+            "that is a multiple of 64 and pages that divide block_n"
+        )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")
     if k_cache.dtype == torch.float8_e4m3fn and not (
@@ -1146,8 +1325,14 @@ def fixed_history_attention_wgmma(
     if maxnreg is None:
         maxnreg = 128 if per_sm >= 2 else 168
     if warp_specialized:
+        descs = (
+            (_tma_descriptor(k_cache), _tma_descriptor(v_cache))
+            if tma
+            else (None, None)
+        )
         fixed_history_ws_kernel[grid](
             *args,
+            *descs,
             **constants,
             **pipeline_constants(
                 ring=ring,
@@ -1159,6 +1344,7 @@ def fixed_history_attention_wgmma(
                 mma_regs=mma_regs,
                 pingpong=pingpong,
                 narrow_convert=narrow_convert,
+                tma=tma,
             ),
             num_warps=4 if split_mma else rows // 16,
             maxnreg=maxnreg,
