@@ -547,6 +547,17 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 ),
             ),
         ]
+    if not scales:  # whole pages copied by TMA (caches in q's dtype only)
+        variants.append(("warp-specialized, TMA page copies, 2/SM", dict(ws, tma=True)))
+        if wide:
+            variants += [
+                (
+                    "warp-specialized, 128-row tiles, split MMA, TMA page "
+                    f"copies, ring {ring}, 1/SM",
+                    dict(ws, rows=128, split_mma=True, tma=True, ring=ring),
+                )
+                for ring in (3, 4, 5)
+            ]
     if scales:  # fp8 (4 staged bf16 tiles would exceed the shared memory)
         variants.append(
             (

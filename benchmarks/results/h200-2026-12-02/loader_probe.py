@@ -5,7 +5,8 @@
 # full kernel's and the read floor's at one shape.
 #   PYTHONPATH=/tmp/t371:src python3 loader_probe.py SHAPE_INDEX bf16|fp8 'JSON'
 # (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n", "rows",
-# "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots"} variants)
+# "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots", "tma"}
+# variants)
 import json
 import sys
 
@@ -30,12 +31,13 @@ def _release_partition(
     ready, empty, context_lens_ptr, query_start_loc_ptr, window, num_reqs,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr, FENCE: gl.constexpr,
+    ALIGN: gl.constexpr,
 ):  # fmt: skip
     it = 0
     for item in range(gl.program_id(0), num_reqs * NUM_KV_HEADS, gl.num_programs(0)):
         _, _, _, num_q, _, _, _, n_tiles = G._item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N,
+            NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             for _t in range(0, n_tiles):
@@ -68,7 +70,7 @@ def loader_only_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 else 1
+    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=1)
@@ -90,7 +92,7 @@ def loader_only_kernel(
                 (
                     ready, empty, context_lens_ptr, query_start_loc_ptr, window,
                     num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HAS_WINDOW,
-                    NUM_BUF, FENCE_IN_MMA,
+                    NUM_BUF, FENCE_IN_MMA or TMA, PAGE_SIZE if TMA else 1,
                 ),
             ),
             (
@@ -115,18 +117,19 @@ def loader_only_kernel(
 def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
                 v_scale=None, *, ring=4, raw_slots=2, fence_in_mma=False,
                 block_n=64, rows=128, programs_per_sm=1, worker_regs=112,
-                narrow_convert=False, f16_dots=False):  # fmt: skip
+                narrow_convert=False, f16_dots=False, tma=False):  # fmt: skip
     group = q.shape[1] // k.shape[2]
     args, constants = G.kernel_arguments(
         q, k, v, bt, ctx, qsl, window, scale, out, k_scale, v_scale,
         block_q=rows // group, block_n=block_n, f16_dots=f16_dots,
     )  # fmt: skip
     grid = (min(ctx.shape[0] * k.shape[2], programs_per_sm * sm_count(q.device)),)
+    descs = (G._tma_descriptor(k), G._tma_descriptor(v)) if tma else (None, None)
     loader_only_kernel[grid](
-        *args, None, None, **constants,
+        *args, *descs, **constants,
         **G.pipeline_constants(
             ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, overlap=False,
-            fence_in_mma=fence_in_mma, narrow_convert=narrow_convert,
+            fence_in_mma=fence_in_mma, narrow_convert=narrow_convert, tma=tma,
         ),
         num_warps=4,
     )  # fmt: skip
