@@ -233,6 +233,36 @@ def test_tma_loader_copies_whole_pages_and_the_edge_tiles_with_cp_async(
     assert code.registers <= maxnreg and code.stack_bytes == 0
 
 
+def test_launch_copies_by_tma_only_what_tma_can_copy():
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import _tma_copyable
+
+    q = torch.empty(4, 32, 128, dtype=torch.bfloat16)
+
+    def cache(page=16, dtype=torch.bfloat16, head_dim=128):
+        return torch.empty(8, page, 8, head_dim, dtype=dtype)
+
+    assert _tma_copyable(q, cache(), cache(page=64))
+    # The HND layout: the same logical shape, other strides.
+    hnd = torch.empty(8, 8, 16, 128, dtype=torch.bfloat16).transpose(1, 2)
+    assert _tma_copyable(q, hnd, hnd)
+    assert not _tma_copyable(q, cache(), cache(dtype=torch.float8_e4m3fn))
+    assert not _tma_copyable(q, cache(dtype=torch.float16), cache())
+    assert not _tma_copyable(q, cache(page=128), cache(page=128))  # > a tile
+    assert not _tma_copyable(q, cache(page=48), cache(page=48))  # not a divisor
+    assert not _tma_copyable(q, cache(head_dim=96), cache(head_dim=96))
+    # An address off the 16-byte grid, and a page stride off it.
+    flat = torch.empty(8 * 16 * 8 * 128 + 1, dtype=torch.bfloat16)
+    shifted = flat[1:].view(8, 16, 8, 128)
+    assert not _tma_copyable(q, shifted, cache())
+    padded = torch.empty(8, 16, 8 * 128 + 4, dtype=torch.bfloat16)
+    odd = padded[..., :1024].view(8, 16, 8, 128)
+    assert not _tma_copyable(q, cache(), odd)
+    # The pipeline asks for TMA only when told the caches allow it.
+    assert _gluon_pipeline(64, kv_fp8=False, tma=True) == {"tma": True}
+    assert "tma" not in _gluon_pipeline(128, kv_fp8=False)
+    assert "tma" not in _gluon_pipeline(128, kv_fp8=True, tma=True)
+
+
 def test_tma_refuses_what_it_cannot_copy():
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
@@ -351,8 +381,9 @@ def test_narrow_convert_reads_staged_fp8_tiles_8_values_per_thread(
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
     # The pipelines the launch picks for 128-row tiles (one program per SM,
-    # 168 registers; fp8 with float16 MMAs, as the plan sets them) run two
-    # multiplying partitions within one SM's shared memory. The launch runs
+    # 168 registers; fp8 with float16 MMAs, as the plan sets them; bf16 with
+    # TMA page copies) run two multiplying partitions within one SM's shared
+    # memory. The launch runs
     # the Gluon kernel under Triton 3.7 only (gluon_supported), and there
     # they do not spill; Triton 3.9 compiles the fp8 one with 24 bytes of
     # spills, so elsewhere only the register limit holds.
@@ -365,7 +396,7 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
         maxnreg=168,
         rows=128,
         f16=fp8,
-        **_gluon_pipeline(128, kv_fp8=fp8),
+        **_gluon_pipeline(128, kv_fp8=fp8, tma=not fp8),
     )
     assert code.registers <= 168
     if triton.__version__.startswith("3.7."):
@@ -575,8 +606,15 @@ _KERNELS = {
         "ring": 4,
     },
     # The launch's choices for 128-row tiles (two multiplying partitions),
-    # each run with both cache kinds.
+    # each run with both cache kinds: caches in q's dtype copied by TMA, or
+    # (pages TMA cannot copy) by cp.async with fences in the multiplying
+    # warps.
     "ws-128rows-launch-bf16": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=False, tma=True),
+    },
+    "ws-128rows-launch-bf16-no-tma": {
         "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=False),
@@ -598,6 +636,10 @@ _KERNELS = {
     # reads staged tiles back 8 values per thread (stores without bank
     # conflicts); a cache in q's dtype ignores it.
     "ws-launch-fp8": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=True)},
+    "ws-launch-bf16": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=False, tma=True),
+    },
     # Whole pages copied by TMA (caches in q's dtype only), the tiles with
     # keys outside the window by cp.async.
     "ws-tma": {"warp_specialized": True, "tma": True},
@@ -716,7 +758,9 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "wgmma",
         "ws",
         "ws-launch-fp8",
+        "ws-launch-bf16",
         "ws-128rows-launch-bf16",
+        "ws-128rows-launch-bf16-no-tma",
         "ws-tma",
         "ws-128rows-split-tma-ring4",
     ],

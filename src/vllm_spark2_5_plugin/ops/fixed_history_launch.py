@@ -112,26 +112,52 @@ class LaunchPlan:
         return _tile_rows(self.block_q, group)
 
 
-def _gluon_pipeline(rows: int, *, kv_fp8: bool) -> dict:
+def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
-    2026-12-02). fp8 caches: the loader converts 8 values per thread, so
-    that its stores into the ring run without bank conflicts (with the
+    2026-12-02). ``tma``: the caches can be copied by the tensor memory
+    accelerator (``_tma_copyable``); then the loader copies whole pages with
+    it (32 requests x 4 KV heads x 4096 keys: 99.2 -> 87.3 us; 64-row tiles
+    as fast or faster). fp8 caches: the loader converts 8 values per thread,
+    so that its stores into the ring run without bank conflicts (with the
     plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
-    128-row tiles (32 requests x 4 KV heads x 4096 keys): two multiplying
-    partitions of 64 rows each (``split_mma``; one partition of 8 warps
-    synchronizes both warpgroups at every tile) and a ring of 4 tiles
-    (fp8: 101.3 -> 99.0 us before the narrow conversion); with a cache in
-    q's dtype the multiplying warps also fence each tile and the loader's
-    copies signal their tiles as they land (109.0 -> 103.8 us with
-    ``fence_in_mma``, 99.2 with ``split_mma`` too). ``fence_in_mma`` is not
-    for 64-row tiles, two programs per SM (up to 27% slower at 256
-    requests), nor for fp8 caches (no gain)."""
-    options = {"narrow_convert": True} if kv_fp8 else {}
-    if rows == 128 and kv_fp8:
+    128-row tiles: two multiplying partitions of 64 rows each
+    (``split_mma``; one partition of 8 warps synchronizes both warpgroups at
+    every tile) and a ring of 4 tiles (fp8: 101.3 -> 99.0 us before the
+    narrow conversion); with a cache in q's dtype that TMA cannot copy the
+    multiplying warps also fence each tile and the loader's copies signal
+    their tiles as they land (109.0 -> 103.8 us with ``fence_in_mma``, 99.2
+    with ``split_mma`` too). ``fence_in_mma`` is not for 64-row tiles, two
+    programs per SM (up to 27% slower at 256 requests), nor for fp8 caches
+    (no gain)."""
+    if kv_fp8:
+        options = {"narrow_convert": True}
+    elif tma:
+        options = {"tma": True}
+    else:
+        options = {}
+    if rows == 128:
         options.update(split_mma=True, ring=4)
-    elif rows == 128:
-        options.update(split_mma=True, fence_in_mma=True, ring=4)
+        if not kv_fp8 and not tma:
+            options.update(fence_in_mma=True)
     return options
+
+
+def _tma_copyable(q: torch.Tensor, *caches: torch.Tensor) -> bool:
+    """Whether the Gluon kernel's TMA loader can copy the caches: in q's
+    dtype, pages of at most 64 keys that divide a 64-key tile, a head dim
+    that is a multiple of 64, 16-byte-aligned addresses and strides."""
+    for cache in caches:
+        size = cache.element_size()
+        if (
+            cache.dtype != q.dtype
+            or 64 % cache.shape[1]
+            or cache.shape[3] % 64
+            or cache.stride(3) != 1
+            or cache.data_ptr() % 16
+            or any(stride * size % 16 for stride in cache.stride()[:3])
+        ):
+            return False
+    return True
 
 
 def sm_count(device: torch.device) -> int:
@@ -506,7 +532,11 @@ def launch_kernel(
             warp_specialized=True,
             f16_dots=plan.fp8_f16_dot,
             rows=rows,
-            **_gluon_pipeline(rows, kv_fp8=scales is not None),
+            **_gluon_pipeline(
+                rows,
+                kv_fp8=scales is not None,
+                tma=scales is None and _tma_copyable(q, k_cache, v_cache),
+            ),
         )
     programs = num_items
     if plan.programs_per_sm:
