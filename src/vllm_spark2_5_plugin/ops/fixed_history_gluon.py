@@ -47,6 +47,8 @@ every request are left untouched.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -1197,14 +1199,20 @@ def _tma_descriptor(cache):
     64 values of the head dim."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    bits = cache.element_size() * 8
     return TensorDescriptor(
         cache,
         list(cache.shape),
         list(cache.stride()),
         [1, cache.shape[1], 1, 64],
-        tma_piece_layout(bits),
+        _host_piece_layout(cache.element_size() * 8),
     )
+
+
+@functools.cache
+def _host_piece_layout(bits):
+    """``tma_piece_layout`` built once per element width on the host (a
+    layout takes about 5 us to build, twice per launch)."""
+    return tma_piece_layout(bits)
 
 
 def fixed_history_attention_wgmma(
