@@ -23,18 +23,22 @@ key split (no partial results):
   ``O += P V_t`` with P from registers.
 * ``fixed_history_ws_kernel``: a loading warpgroup (fp8: copy ``NUM_RAW``
   tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
-  q's dtype: copy straight into the ring) and one or two multiplying ones
-  (MMAs and softmax), synchronized by mbarriers, so that the conversion runs
-  beside the MMAs and the softmax instead of between them. On the H200
-  (kernel in a CUDA graph against the read floor, 2026-12-02): fp8 caches
-  1.62, 1.64, 1.83 and 2.84 times the floor at the benchmark's shapes 1-4,
-  bound by the loader (alone, with nothing to multiply, it takes 1.71
-  times the floor at shape 1 and 2.04 at shape 4); bf16 caches 1.07-1.18
-  at shapes 1-3 and 1.59 at shape 4, whose 128-row tiles run one program
-  per SM (``benchmarks/fixed_history_attention_h200.md``). The launch's 128-row
-  tiles run two multiplying partitions (``SPLIT_MMA``), fenced by the
-  multiplying warps with a cache in q's dtype (``FENCE_IN_MMA``); its fp8
-  loader reads staged tiles back 8 values per thread (``NARROW_CONVERT``).
+  q's dtype: copy straight into the ring, by ``cp.async`` or, with ``TMA``,
+  a page at a time by the tensor memory accelerator) and one or two
+  multiplying ones (MMAs and softmax), synchronized by mbarriers, so that
+  the conversion runs beside the MMAs and the softmax instead of between
+  them. On the H200 (kernel in a CUDA graph against the read floor,
+  2026-12-02): fp8 caches 1.57-1.62, 1.57-1.64, 1.77-1.83 and 2.76-2.84
+  times the floor at the benchmark's shapes 1-4 (two runs), bound by the
+  loader (alone, with nothing to multiply, it takes 1.71 times the floor at
+  shape 1 and 2.04 at shape 4); bf16 caches with TMA copies 0.97-1.08 at
+  shapes 1-3 and 1.38 at shape 4, whose 128-row tiles run one program per
+  SM (``benchmarks/fixed_history_attention_h200.md``). The launch copies
+  caches by TMA where it can (``_tma_copyable`` in the launch module); its
+  128-row tiles run two multiplying partitions (``SPLIT_MMA``), fenced by
+  the multiplying warps with a cache in q's dtype that TMA cannot copy
+  (``FENCE_IN_MMA``); its fp8 loader reads staged tiles back 8 values per
+  thread (``NARROW_CONVERT``).
   ``OVERLAP`` and ``PINGPONG`` (not in the policy) compute the softmax of
   tile t while ``P V`` of tile t - 1 runs, and take turns at the MMAs.
 
