@@ -1159,16 +1159,35 @@ if not _IN_CHILD:
         else:
             assert args[9:] == (None, None)
         expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
-        # fp8: the loader converts 8 values per thread. 128-row tiles: two
-        # multiplying partitions and a ring of 4 (measured faster); 3 staged
-        # fp8 tiles, or the multiplying warps fence.
+        # fp8: the loader converts 8 values per thread; bf16 (16-key pages,
+        # aligned): whole pages copied by TMA. 128-row tiles: two
+        # multiplying partitions and a ring of 4 (measured faster).
         if fp8:
             expected.update(narrow_convert=True)
-        if rows == 128 and fp8:
+        else:
+            expected.update(tma=True)
+        if rows == 128:
             expected.update(split_mma=True, ring=4)
-        elif rows == 128:
-            expected.update(split_mma=True, fence_in_mma=True, ring=4)
         assert kwargs == expected
+        # A cache in q's dtype that TMA cannot copy (a page stride off the
+        # 16-byte grid): cp.async, the multiplying warps fencing 128-row
+        # tiles.
+        if not fp8:
+            padded = torch.zeros(*k.shape[:2], k.shape[2] * k.shape[3] + 4)
+            odd = padded.to(k.dtype)[..., : k.shape[2] * k.shape[3]]
+            odd = odd.view(k.shape).copy_(k)
+            calls.clear()
+            with (
+                mock.patch.object(launch, "gluon_supported", lambda device: True),
+                mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
+            ):
+                kv = PagedKV(odd, v, bt, ctx, qsl, None)
+                launch.launch_kernel(q, kv, 32, 0.1, out, plan)
+            ((_, kwargs),) = calls
+            expected.pop("tma")
+            if rows == 128:
+                expected.update(fence_in_mma=True)
+            assert kwargs == expected
         # Head dims its GPU tests did not cover: the Triton launch instead.
         case = case._replace(head_dim=256)
         q, k, v, bt, ctx, qsl = _make_inputs(
