@@ -116,7 +116,7 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
     accelerator (``_tma_copyable``); then the loader copies whole pages with
-    it (32 requests x 4 KV heads x 4096 keys: 99.2 -> 87.3 us; 64-row tiles
+    it (32 requests x 4 KV heads x 4096 keys: 100.1 -> 87.3 us; 64-row tiles
     as fast or faster). fp8 caches: the loader converts 8 values per thread,
     so that its stores into the ring run without bank conflicts (with the
     plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
