@@ -1173,9 +1173,9 @@ if not _IN_CHILD:
         # 16-byte grid): cp.async, the multiplying warps fencing 128-row
         # tiles.
         if not fp8:
-            padded = torch.zeros(*k.shape[:2], k.shape[2] * k.shape[3] + 4)
-            odd = padded.to(k.dtype)[..., : k.shape[2] * k.shape[3]]
-            odd = odd.view(k.shape).copy_(k)
+            row = k.shape[2] * k.shape[3]
+            padded = torch.zeros(*k.shape[:2], row + 4, dtype=k.dtype)
+            odd = padded[..., :row].view(k.shape).copy_(k)
             calls.clear()
             with (
                 mock.patch.object(launch, "gluon_supported", lambda device: True),
