@@ -134,6 +134,25 @@ def _kv_rows(
 
 
 @gluon.jit
+def _item_kv(
+    item, context_lens_ptr, query_start_loc_ptr, block_table_ptr, k_ptr, v_ptr,
+    window, stride_bt, stride_k_head, stride_v_head, HAS_WINDOW: gl.constexpr,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_N: gl.constexpr, ALIGN: gl.constexpr,
+):  # fmt: skip
+    """``_item_range`` (without the request) and ``_kv_rows`` of an item:
+    what every loader needs."""
+    req, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
+        item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+        NUM_KV_HEADS, BLOCK_N, ALIGN,
+    )  # fmt: skip
+    bt_row, k_head, v_head = _kv_rows(
+        req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt, stride_k_head,
+        stride_v_head,
+    )  # fmt: skip
+    return kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head
+
+
+@gluon.jit
 def _scales(qk_scale, k_scale_ptr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr):
     """The factor applied to q before the MMAs (``F16_DOTS``: the softmax
     scale, so that q fits float16's range and precision where it matters)
@@ -454,13 +473,21 @@ def fixed_history_wgmma_kernel(
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N,
-        )  # fmt: skip
-        bt_row, k_head, v_head = _kv_rows(
-            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-            stride_k_head, stride_v_head,
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
+            item,
+            context_lens_ptr,
+            query_start_loc_ptr,
+            block_table_ptr,
+            k_ptr,
+            v_ptr,
+            window,
+            stride_bt,
+            stride_k_head,
+            stride_v_head,
+            HAS_WINDOW,
+            NUM_KV_HEADS,
+            BLOCK_N,
+            1,
         )  # fmt: skip
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
@@ -574,14 +601,24 @@ def _ws_load_partition(
         it = 0
         num_items = num_reqs * NUM_KV_HEADS
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-            req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
-                item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-                NUM_KV_HEADS, BLOCK_N,
-            )  # fmt: skip
-            bt_row, k_head, v_head = _kv_rows(
-                req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-                stride_k_head, stride_v_head,
-            )  # fmt: skip
+            kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
+                _item_kv(
+                    item,
+                    context_lens_ptr,
+                    query_start_loc_ptr,
+                    block_table_ptr,
+                    k_ptr,
+                    v_ptr,
+                    window,
+                    stride_bt,
+                    stride_k_head,
+                    stride_v_head,
+                    HAS_WINDOW,
+                    NUM_KV_HEADS,
+                    BLOCK_N,
+                    1,
+                )  # fmt: skip
+            )
             for _pass in range(0, num_q, BLOCK_Q):
                 for i in range(0, NUM_RAW):
                     page, ok = _tile_pages(
@@ -663,13 +700,21 @@ def _ws_copy_partition(
     done = 0  # tiles signalled
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, lo, _, hi, n_tiles = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N,
-        )  # fmt: skip
-        bt_row, k_head, v_head = _kv_rows(
-            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-            stride_k_head, stride_v_head,
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
+            item,
+            context_lens_ptr,
+            query_start_loc_ptr,
+            block_table_ptr,
+            k_ptr,
+            v_ptr,
+            window,
+            stride_bt,
+            stride_k_head,
+            stride_v_head,
+            HAS_WINDOW,
+            NUM_KV_HEADS,
+            BLOCK_N,
+            1,
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             page, ok = _tile_pages(bt_row, lo, hi, PAGE_SIZE, BLOCK_N, kv_layout)
@@ -752,14 +797,24 @@ def _ws_tma_partition(
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
-        )  # fmt: skip
-        bt_row, k_head, v_head = _kv_rows(
-            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-            stride_k_head, stride_v_head,
-        )  # fmt: skip
+        kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item,
+                context_lens_ptr,
+                query_start_loc_ptr,
+                block_table_ptr,
+                k_ptr,
+                v_ptr,
+                window,
+                stride_bt,
+                stride_k_head,
+                stride_v_head,
+                HAS_WINDOW,
+                NUM_KV_HEADS,
+                BLOCK_N,
+                PAGE_SIZE,
+            )  # fmt: skip
+        )
         for _pass in range(0, num_q, BLOCK_Q):
             for t in range(0, n_tiles):
                 buf = it % NUM_BUF
