@@ -18,36 +18,18 @@ shape = B.SHAPES[3]
 W, s = shape[3], shape[6] ** -0.5
 raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=3, kv_dtype="bf16")
 out = torch.empty_like(q)
+
+
+def direct(**pipeline):
+    return lambda: fixed_history_attention_wgmma(
+        q, k, v, bt, ctx, qsl, W, s, out, warp_specialized=True, rows=128, **pipeline
+    )
+
+
 calls = {
     "api": lambda: ops.fixed_history_attention(q, k, v, bt, ctx, qsl, W, s, out, **sc),
-    "direct tma": lambda: fixed_history_attention_wgmma(
-        q,
-        k,
-        v,
-        bt,
-        ctx,
-        qsl,
-        W,
-        s,
-        out,
-        warp_specialized=True,
-        rows=128,
-        **L._gluon_pipeline(128, kv_fp8=False, tma=True),
-    ),
-    "direct cp.async": lambda: fixed_history_attention_wgmma(
-        q,
-        k,
-        v,
-        bt,
-        ctx,
-        qsl,
-        W,
-        s,
-        out,
-        warp_specialized=True,
-        rows=128,
-        **L._gluon_pipeline(128, kv_fp8=False),
-    ),
+    "direct tma": direct(**L._gluon_pipeline(128, kv_fp8=False, tma=True)),
+    "direct cp.async": direct(**L._gluon_pipeline(128, kv_fp8=False)),
 }
 for f in calls.values():
     for _ in range(10):
