@@ -281,7 +281,10 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     # The HND layout: the same logical shape, other strides.
     hnd = torch.empty(8, 8, 16, 128, dtype=torch.bfloat16).transpose(1, 2)
     assert _tma_copyable(q, hnd, hnd)
-    assert not _tma_copyable(q, cache(), cache(dtype=torch.float8_e4m3fn))
+    fp8 = torch.float8_e4m3fn
+    assert _tma_copyable(q, cache(dtype=fp8), cache(dtype=fp8))
+    assert not _tma_copyable(q, cache(dtype=fp8, head_dim=64), cache(dtype=fp8))
+    assert not _tma_copyable(q, cache(), cache(dtype=fp8))
     assert not _tma_copyable(q, cache(dtype=torch.float16), cache())
     assert not _tma_copyable(q, cache(page=128), cache(page=128))  # > a tile
     assert not _tma_copyable(q, cache(page=48), cache(page=48))  # not a divisor
@@ -296,7 +299,12 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     # The pipeline asks for TMA only when told the caches allow it.
     assert _gluon_pipeline(64, kv_fp8=False, tma=True) == {"tma": True}
     assert "tma" not in _gluon_pipeline(128, kv_fp8=False)
-    assert "tma" not in _gluon_pipeline(128, kv_fp8=True, tma=True)
+    assert _gluon_pipeline(128, kv_fp8=True, tma=True) == {
+        "narrow_convert": True,
+        "tma": True,
+        "split_mma": True,
+        "ring": 4,
+    }
 
 
 def test_tma_refuses_what_it_cannot_copy():
@@ -433,9 +441,9 @@ def test_narrow_convert_reads_staged_fp8_tiles_8_values_per_thread(
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
     # The pipelines the launch picks for 128-row tiles (one program per SM,
-    # 168 registers; fp8 with float16 MMAs, as the plan sets them; bf16 with
-    # TMA page copies) run two multiplying partitions within one SM's shared
-    # memory. The launch runs the Gluon kernel under Triton 3.7 only
+    # 168 registers; fp8 with float16 MMAs, as the plan sets them; both
+    # with TMA page copies) run two multiplying partitions within one SM's
+    # shared memory. The launch runs the Gluon kernel under Triton 3.7 only
     # (gluon_supported), and there they do not spill; Triton 3.9 compiles
     # the fp8 one with 24 bytes of spills, so elsewhere only the register
     # limit holds.
@@ -448,7 +456,7 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
         maxnreg=168,
         rows=128,
         f16=fp8,
-        **_gluon_pipeline(128, kv_fp8=fp8, tma=not fp8),
+        **_gluon_pipeline(128, kv_fp8=fp8, tma=True),
     )
     assert code.registers <= 168
     if triton.__version__.startswith("3.7."):
@@ -680,6 +688,11 @@ _KERNELS = {
     "ws-128rows-launch-fp8": {
         "warp_specialized": True,
         "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True),
+    },
+    "ws-128rows-launch-fp8-no-tma": {
+        "warp_specialized": True,
+        "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True),
     },
     "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
@@ -690,10 +703,18 @@ _KERNELS = {
         "ring": 4,
         "raw_slots": 4,
     },
-    # The launch's choice for 64-row tiles of an fp8 cache: the loader
-    # reads staged tiles back 8 values per thread (stores without bank
-    # conflicts); a cache in q's dtype ignores it.
-    "ws-launch-fp8": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=True)},
+    # The launch's choices for 64-row tiles of an fp8 cache: raw tiles
+    # staged by TMA where it can copy them (head dim 128), the loader
+    # reading them back 8 values per thread (stores without bank
+    # conflicts); a cache in q's dtype ignores the read-back.
+    "ws-launch-fp8": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+    },
+    "ws-launch-fp8-no-tma": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True),
+    },
     # Whole pages copied by TMA (caches in q's dtype only), the tiles with
     # keys outside the window by cp.async: the launch's choice for 64-row
     # tiles of a bf16 cache.
@@ -823,6 +844,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "wgmma",
         "ws",
         "ws-launch-fp8",
+        "ws-launch-fp8-no-tma",
         "ws-128rows-launch-bf16",
         "ws-128rows-launch-bf16-no-tma",
         "ws-tma",
