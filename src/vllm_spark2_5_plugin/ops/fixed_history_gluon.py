@@ -754,16 +754,45 @@ def tma_piece_width(bitwidth):
     return 1024 // bitwidth
 
 
+@gluon.constexpr_function
+def _page_ids_layout(pages, num_warps):
+    """Every thread of ``num_warps`` warps holding all ``pages`` page ids of
+    a key tile (TMA coordinates are the same in every thread)."""
+    return gl.BlockedLayout([pages], [32], [num_warps], [0])
+
+
+@gluon.jit
+def _tile_page_ids(
+    bt_row, start, hi, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr
+):  # fmt: skip
+    """The block-table entries of the pages of the key tile from ``start``
+    (a page boundary; 0 past ``hi``), loaded a tile before its copies are
+    issued, so that their latency stays off the loader's path."""
+    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    layout: gl.constexpr = _page_ids_layout(PAGES, gl.num_warps())
+    pos = start + PAGE_SIZE * gl.arange(0, PAGES, layout=layout)
+    return gl.load(bt_row + pos // PAGE_SIZE, mask=pos < hi, other=0)
+
+
+@gluon.jit
+def _page_id(page_ids, p: gl.constexpr):
+    """Entry ``p`` of ``_tile_page_ids``, as a scalar (a sum within each
+    thread)."""
+    layout: gl.constexpr = page_ids.type.layout
+    idx = gl.arange(0, page_ids.shape[0], layout=layout)
+    return gl.sum(gl.where(idx == p, page_ids, 0), axis=0)
+
+
 @gluon.jit
 def _tma_copy_tile(
-    k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, kv_head,
+    k_desc, v_desc, k_dst, v_dst, bar, page_ids, kv_head,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
 ):  # fmt: skip
-    """The TMA copies of the K/V key tile from ``start`` (a page boundary)
-    into ``k_dst``/``v_dst`` (128-byte-swizzled ``[BLOCK_N, HEAD_DIM]``
-    tiles in the caches' dtype), one page of one KV head and 128 bytes of
-    the head dim per copy; ``bar`` completes when their bytes have landed
-    (the expectation is its one arrival)."""
+    """The TMA copies of a K/V key tile (its pages ``page_ids``) into
+    ``k_dst``/``v_dst`` (128-byte-swizzled ``[BLOCK_N, HEAD_DIM]`` tiles in
+    the caches' dtype), one page of one KV head and 128 bytes of the head
+    dim per copy; ``bar`` completes when their bytes have landed (the
+    expectation is its one arrival)."""
     dtype: gl.constexpr = k_dst.dtype
     bits: gl.constexpr = dtype.primitive_bitwidth
     WIDTH: gl.constexpr = tma_piece_width(bits)
@@ -779,7 +808,7 @@ def _tma_copy_tile(
     k_pieces = _view_as(k_dst, dtype, piece_shape, piece_layout)
     v_pieces = _view_as(v_dst, dtype, piece_shape, piece_layout)
     for p in gl.static_range(PAGES):
-        page_id = gl.load(bt_row + start // PAGE_SIZE + p)
+        page_id = _page_id(page_ids, p)
         for h in gl.static_range(PIECES):
             _tma_load(
                 k_desc, [page_id, 0, kv_head, WIDTH * h], bar,
@@ -789,6 +818,12 @@ def _tma_copy_tile(
                 v_desc, [page_id, 0, kv_head, WIDTH * h], bar,
                 v_pieces.index(h * PAGES + p),
             )  # fmt: skip
+
+
+@gluon.constexpr_function
+def _edge_rows(block_n, num_warps):
+    """Keys per piece of ``_copy_edge_tile``: 16 per warp."""
+    return min(block_n, 16 * num_warps)
 
 
 @gluon.jit
@@ -801,17 +836,21 @@ def _copy_edge_tile(
     """The K/V key tile from ``start`` by ``cp.async``, the keys outside
     ``lo .. hi - 1`` zero-filled (cache slots outside a request's window may
     hold anything, and a weight of 0 times NaN is NaN): where TMA, which
-    copies whole pages, would read them. Each thread's copies arrive on
-    ``bar`` as they land (each counted first), then the loader arrives once
-    (``bar`` expects one arrival)."""
-    page, ok = _tile_pages(bt_row, start, hi, PAGE_SIZE, BLOCK_N, layout)
-    keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    ok = ok & (keys >= lo)
-    _copy_kv_tiles(
-        k_dst, v_dst, k_head, v_head, page, ok, start, stride_k_blk,
-        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N,
-        HEAD_DIM, layout,
-    )  # fmt: skip
+    copies whole pages, would read them. In pieces of ``layout``'s rows (a
+    warpgroup copies a 64-key tile at once, one warp 16 keys at a time).
+    Each thread's copies arrive on ``bar`` as they land (each counted
+    first), then the loader arrives once (``bar`` expects one arrival)."""
+    ROWS: gl.constexpr = _edge_rows(BLOCK_N, gl.num_warps())
+    for i in gl.static_range(BLOCK_N // ROWS):
+        part = start + i * ROWS
+        page, ok = _tile_pages(bt_row, part, hi, PAGE_SIZE, ROWS, layout)
+        keys = part + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        ok = ok & (keys >= lo)
+        _copy_kv_tiles(
+            k_dst.slice(i * ROWS, ROWS), v_dst.slice(i * ROWS, ROWS), k_head,
+            v_head, page, ok, part, stride_k_blk, stride_k_slot, stride_v_blk,
+            stride_v_slot, PAGE_SIZE, ROWS, HEAD_DIM, layout,
+        )  # fmt: skip
     async_copy.mbarrier_arrive(bar, increment_count=True)
     # Every thread's copies counted before the arrival that would otherwise
     # complete the phase.
@@ -821,17 +860,17 @@ def _copy_edge_tile(
 
 @gluon.jit
 def _stage_tile(
-    k_desc, v_desc, k_dst, v_dst, bar, bt_row, k_head, v_head, kv_head,
-    start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
-    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-    layout: gl.constexpr,
+    k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head, v_head,
+    kv_head, start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk,
+    stride_v_slot, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, layout: gl.constexpr,
 ):  # fmt: skip
-    """The K/V key tile from ``start`` into ``k_dst``/``v_dst``, ``bar``
-    completing when it has landed: by TMA when all its keys lie in ``lo ..
-    hi - 1``, else by ``_copy_edge_tile``."""
+    """The K/V key tile from ``start`` (its pages ``page_ids``) into
+    ``k_dst``/``v_dst``, ``bar`` completing when it has landed: by TMA when
+    all its keys lie in ``lo .. hi - 1``, else by ``_copy_edge_tile``."""
     if (start >= lo) & (start + BLOCK_N <= hi):
         _tma_copy_tile(
-            k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, kv_head,
+            k_desc, v_desc, k_dst, v_dst, bar, page_ids, kv_head,
             BLOCK_N, HEAD_DIM, PAGE_SIZE,
         )  # fmt: skip
     else:
@@ -859,8 +898,10 @@ def _ws_tma_partition(
     the tiles with keys outside the window: an item's first, where ``lo``
     is not at a page boundary, and its last), its ``ready`` barrier
     completing when the tile has landed. The multiplying warps fence every
-    tile after waiting (the ``cp.async`` copies are not in TMA's proxy)."""
-    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
+    tile after waiting (the ``cp.async`` copies are not in TMA's proxy).
+    It runs in one warp (the copies' lowering synchronizes the partition's
+    warps at every copy)."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, gl.num_warps())
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -872,6 +913,7 @@ def _ws_tma_partition(
             )
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
+            page_ids = _tile_page_ids(bt_row, first, hi, PAGE_SIZE, BLOCK_N)
             for t in range(0, n_tiles):
                 buf = it % NUM_BUF
                 # Free once the MMAs on its previous tile completed (in the
@@ -879,11 +921,14 @@ def _ws_tma_partition(
                 mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
                 _stage_tile(
                     k_desc, v_desc, k_smem.index(buf), v_smem.index(buf),
-                    ready.index(buf), bt_row, k_head, v_head, kv_head,
-                    first + t * BLOCK_N, lo, hi, stride_k_blk, stride_k_slot,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
+                    ready.index(buf), bt_row, page_ids, k_head, v_head,
+                    kv_head, first + t * BLOCK_N, lo, hi, stride_k_blk,
+                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
                 )  # fmt: skip
+                page_ids = _tile_page_ids(
+                    bt_row, first + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+                )
                 it += 1
     async_copy.wait_group(0)
 
@@ -923,13 +968,18 @@ def _ws_tma_fp8_partition(
         for _pass in range(0, num_q, BLOCK_Q):
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
+                start = first + i * BLOCK_N
                 _stage_tile(
                     k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
-                    raw_ready.index(slot), bt_row, k_head, v_head, kv_head,
-                    first + i * BLOCK_N, lo, hi, stride_k_blk, stride_k_slot,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
+                    raw_ready.index(slot), bt_row,
+                    _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
+                    k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
+                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
                 )  # fmt: skip
+            page_ids = _tile_page_ids(
+                bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+            )
             for t in range(0, n_tiles):
                 slot = (r + t) % NUM_RAW
                 buf = it % NUM_BUF
@@ -950,11 +1000,15 @@ def _ws_tma_fp8_partition(
                 if t + NUM_RAW < n_tiles:
                     _stage_tile(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
-                        raw_ready.index(slot), bt_row, k_head, v_head, kv_head,
-                        first + (t + NUM_RAW) * BLOCK_N, lo, hi, stride_k_blk,
-                        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                        BLOCK_N, HEAD_DIM, kv_layout,
+                        raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
+                        kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
+                        stride_k_blk, stride_k_slot, stride_v_blk,
+                        stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
                     )  # fmt: skip
+                page_ids = _tile_page_ids(
+                    bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
+                    BLOCK_N,
+                )  # fmt: skip
                 it += 1
             r += n_tiles
     async_copy.wait_group(0)
@@ -1149,6 +1203,9 @@ def fixed_history_ws_kernel(
     # counted cp.async copies), the multiplying warps fencing every tile.
     ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
     MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and not KV_FP8)
+    # TMA with a cache in q's dtype: a loader of one warp (nothing to
+    # convert); else a warpgroup.
+    LOAD_WARPS: gl.constexpr = 1 if TMA and not KV_FP8 else 4
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
@@ -1225,7 +1282,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
             ],
-            [4, 4],
+            [4, LOAD_WARPS],
             [MMA_REGS, WORKER_REGS],
         )  # fmt: skip
     else:
@@ -1257,7 +1314,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
             ],
-            [4],
+            [LOAD_WARPS],
             [WORKER_REGS],
         )  # fmt: skip
 
