@@ -474,12 +474,21 @@ def fixed_history_wgmma_kernel(
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
-            _item_kv(
-                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
-                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
-                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
-            )
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
+            item,
+            context_lens_ptr,
+            query_start_loc_ptr,
+            block_table_ptr,
+            k_ptr,
+            v_ptr,
+            window,
+            stride_bt,
+            stride_k_head,
+            stride_v_head,
+            HAS_WINDOW,
+            NUM_KV_HEADS,
+            BLOCK_N,
+            1,
         )  # fmt: skip
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
@@ -605,11 +614,22 @@ def _ws_load_partition(
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
             kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
                 _item_kv(
-                    item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
-                    k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
-                    HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
-                )
-            )  # fmt: skip
+                    item,
+                    context_lens_ptr,
+                    query_start_loc_ptr,
+                    block_table_ptr,
+                    k_ptr,
+                    v_ptr,
+                    window,
+                    stride_bt,
+                    stride_k_head,
+                    stride_v_head,
+                    HAS_WINDOW,
+                    NUM_KV_HEADS,
+                    BLOCK_N,
+                    1,
+                )  # fmt: skip
+            )
             for _pass in range(0, num_q, BLOCK_Q):
                 for i in range(0, NUM_RAW):
                     page, ok = _tile_pages(
@@ -691,12 +711,21 @@ def _ws_copy_partition(
     done = 0  # tiles signalled
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
-            _item_kv(
-                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
-                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
-                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
-            )
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
+            item,
+            context_lens_ptr,
+            query_start_loc_ptr,
+            block_table_ptr,
+            k_ptr,
+            v_ptr,
+            window,
+            stride_bt,
+            stride_k_head,
+            stride_v_head,
+            HAS_WINDOW,
+            NUM_KV_HEADS,
+            BLOCK_N,
+            1,
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             page, ok = _tile_pages(bt_row, lo, hi, PAGE_SIZE, BLOCK_N, kv_layout)
@@ -907,11 +936,22 @@ def _ws_tma_partition(
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
             _item_kv(
-                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
-                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
-                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
-            )
-        )  # fmt: skip
+                item,
+                context_lens_ptr,
+                query_start_loc_ptr,
+                block_table_ptr,
+                k_ptr,
+                v_ptr,
+                window,
+                stride_bt,
+                stride_k_head,
+                stride_v_head,
+                HAS_WINDOW,
+                NUM_KV_HEADS,
+                BLOCK_N,
+                PAGE_SIZE,
+            )  # fmt: skip
+        )
         for _pass in range(0, num_q, BLOCK_Q):
             page_ids = _tile_page_ids(bt_row, first, hi, PAGE_SIZE, BLOCK_N)
             for t in range(0, n_tiles):
@@ -957,14 +997,24 @@ def _ws_tma_fp8_partition(
     r = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        req, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
-            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-            NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
-        )  # fmt: skip
-        bt_row, k_head, v_head = _kv_rows(
-            req, kv_head, block_table_ptr, k_ptr, v_ptr, stride_bt,
-            stride_k_head, stride_v_head,
-        )  # fmt: skip
+        kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item,
+                context_lens_ptr,
+                query_start_loc_ptr,
+                block_table_ptr,
+                k_ptr,
+                v_ptr,
+                window,
+                stride_bt,
+                stride_k_head,
+                stride_v_head,
+                HAS_WINDOW,
+                NUM_KV_HEADS,
+                BLOCK_N,
+                PAGE_SIZE,
+            )  # fmt: skip
+        )
         for _pass in range(0, num_q, BLOCK_Q):
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
