@@ -474,21 +474,12 @@ def fixed_history_wgmma_kernel(
 
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
-            item,
-            context_lens_ptr,
-            query_start_loc_ptr,
-            block_table_ptr,
-            k_ptr,
-            v_ptr,
-            window,
-            stride_bt,
-            stride_k_head,
-            stride_v_head,
-            HAS_WINDOW,
-            NUM_KV_HEADS,
-            BLOCK_N,
-            1,
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
+            )
         )  # fmt: skip
         for q_base in range(0, num_q, BLOCK_Q):
             _load_q(
@@ -711,21 +702,12 @@ def _ws_copy_partition(
     done = 0  # tiles signalled
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = _item_kv(
-            item,
-            context_lens_ptr,
-            query_start_loc_ptr,
-            block_table_ptr,
-            k_ptr,
-            v_ptr,
-            window,
-            stride_bt,
-            stride_k_head,
-            stride_v_head,
-            HAS_WINDOW,
-            NUM_KV_HEADS,
-            BLOCK_N,
-            1,
+        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
+            )
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             page, ok = _tile_pages(bt_row, lo, hi, PAGE_SIZE, BLOCK_N, kv_layout)
