@@ -123,7 +123,7 @@ def loader_only_kernel(
                 ),
             ),
         ],
-        [1 if TMA and not KV_FP8 else 4],  # as the kernel (2026-12-02b)
+        [4],
         [WORKER_REGS],
     )  # fmt: skip
 

@@ -831,12 +831,6 @@ def _tma_copy_tile(
             )  # fmt: skip
 
 
-@gluon.constexpr_function
-def _edge_rows(block_n, num_warps):
-    """Keys per piece of ``_copy_edge_tile``: 16 per warp."""
-    return min(block_n, 16 * num_warps)
-
-
 @gluon.jit
 def _copy_edge_tile(
     k_dst, v_dst, bar, bt_row, k_head, v_head, start, lo, hi,
@@ -847,21 +841,17 @@ def _copy_edge_tile(
     """The K/V key tile from ``start`` by ``cp.async``, the keys outside
     ``lo .. hi - 1`` zero-filled (cache slots outside a request's window may
     hold anything, and a weight of 0 times NaN is NaN): where TMA, which
-    copies whole pages, would read them. In pieces of ``layout``'s rows (a
-    warpgroup copies a 64-key tile at once, one warp 16 keys at a time).
-    Each thread's copies arrive on ``bar`` as they land (each counted
-    first), then the loader arrives once (``bar`` expects one arrival)."""
-    ROWS: gl.constexpr = _edge_rows(BLOCK_N, gl.num_warps())
-    for i in gl.static_range(BLOCK_N // ROWS):
-        part = start + i * ROWS
-        page, ok = _tile_pages(bt_row, part, hi, PAGE_SIZE, ROWS, layout)
-        keys = part + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        ok = ok & (keys >= lo)
-        _copy_kv_tiles(
-            k_dst.slice(i * ROWS, ROWS), v_dst.slice(i * ROWS, ROWS), k_head,
-            v_head, page, ok, part, stride_k_blk, stride_k_slot, stride_v_blk,
-            stride_v_slot, PAGE_SIZE, ROWS, HEAD_DIM, layout,
-        )  # fmt: skip
+    copies whole pages, would read them. Each thread's copies arrive on
+    ``bar`` as they land (each counted first), then the loader arrives once
+    (``bar`` expects one arrival)."""
+    page, ok = _tile_pages(bt_row, start, hi, PAGE_SIZE, BLOCK_N, layout)
+    keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    ok = ok & (keys >= lo)
+    _copy_kv_tiles(
+        k_dst, v_dst, k_head, v_head, page, ok, start, stride_k_blk,
+        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N,
+        HEAD_DIM, layout,
+    )  # fmt: skip
     async_copy.mbarrier_arrive(bar, increment_count=True)
     # Every thread's copies counted before the arrival that would otherwise
     # complete the phase.
@@ -910,9 +900,9 @@ def _ws_tma_partition(
     is not at a page boundary, and its last), its ``ready`` barrier
     completing when the tile has landed. The multiplying warps fence every
     tile after waiting (the ``cp.async`` copies are not in TMA's proxy).
-    It runs in one warp (the copies' lowering synchronizes the partition's
-    warps at every copy)."""
-    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, gl.num_warps())
+    The page ids of each tile are loaded while the previous tile's copies
+    are issued."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -1235,9 +1225,6 @@ def fixed_history_ws_kernel(
     # counted cp.async copies), the multiplying warps fencing every tile.
     ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
     MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and not KV_FP8)
-    # TMA with a cache in q's dtype: a loader of one warp (nothing to
-    # convert); else a warpgroup.
-    LOAD_WARPS: gl.constexpr = 1 if TMA and not KV_FP8 else 4
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
@@ -1314,7 +1301,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
             ],
-            [4, LOAD_WARPS],
+            [4, 4],
             [MMA_REGS, WORKER_REGS],
         )  # fmt: skip
     else:
@@ -1346,7 +1333,7 @@ def fixed_history_ws_kernel(
                     ),
                 ),
             ],
-            [LOAD_WARPS],
+            [4],
             [WORKER_REGS],
         )  # fmt: skip
 
