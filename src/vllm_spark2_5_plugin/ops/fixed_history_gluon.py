@@ -605,22 +605,11 @@ def _ws_load_partition(
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
             kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
                 _item_kv(
-                    item,
-                    context_lens_ptr,
-                    query_start_loc_ptr,
-                    block_table_ptr,
-                    k_ptr,
-                    v_ptr,
-                    window,
-                    stride_bt,
-                    stride_k_head,
-                    stride_v_head,
-                    HAS_WINDOW,
-                    NUM_KV_HEADS,
-                    BLOCK_N,
-                    1,
-                )  # fmt: skip
-            )
+                    item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                    k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                    HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
+                )
+            )  # fmt: skip
             for _pass in range(0, num_q, BLOCK_Q):
                 for i in range(0, NUM_RAW):
                     page, ok = _tile_pages(
@@ -914,22 +903,11 @@ def _ws_tma_partition(
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
             _item_kv(
-                item,
-                context_lens_ptr,
-                query_start_loc_ptr,
-                block_table_ptr,
-                k_ptr,
-                v_ptr,
-                window,
-                stride_bt,
-                stride_k_head,
-                stride_v_head,
-                HAS_WINDOW,
-                NUM_KV_HEADS,
-                BLOCK_N,
-                PAGE_SIZE,
-            )  # fmt: skip
-        )
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+            )
+        )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             for t in range(0, n_tiles):
                 buf = it % NUM_BUF
@@ -973,22 +951,11 @@ def _ws_tma_fp8_partition(
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
             _item_kv(
-                item,
-                context_lens_ptr,
-                query_start_loc_ptr,
-                block_table_ptr,
-                k_ptr,
-                v_ptr,
-                window,
-                stride_bt,
-                stride_k_head,
-                stride_v_head,
-                HAS_WINDOW,
-                NUM_KV_HEADS,
-                BLOCK_N,
-                PAGE_SIZE,
-            )  # fmt: skip
-        )
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+            )
+        )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
