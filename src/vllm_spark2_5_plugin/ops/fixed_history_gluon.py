@@ -29,12 +29,13 @@ key split (no partial results):
   multiplying ones (MMAs and softmax), synchronized by mbarriers, so that
   the conversion runs beside the MMAs and the softmax instead of between
   them. On the H200 (kernel in a CUDA graph against the read floor,
-  2026-12-02): fp8 caches 1.57-1.62, 1.57-1.64, 1.77-1.83 and 2.76-2.84
-  times the floor at the benchmark's shapes 1-4 (two runs), bound by the
-  loader (alone, with nothing to multiply, it takes 1.71 times the floor at
-  shape 1 and 2.04 at shape 4); bf16 caches with TMA copies 0.97-1.08 at
-  shapes 1-3 and 1.38 at shape 4, whose 128-row tiles run one program per
-  SM (``benchmarks/fixed_history_attention_h200.md``). The launch copies
+  2026-12-02): fp8 caches staged by TMA 1.46, 1.48-1.53, 1.65 and 2.69
+  times the floor at the benchmark's shapes 1-4, bound by the loader's
+  read-back and conversion (alone, with nothing to multiply, it takes 1.58
+  times the floor at shape 1 and 1.83 at shape 4); bf16 caches with TMA
+  copies 0.97-1.08 at shapes 1-3 and 1.38-1.41 at shape 4, whose 128-row
+  tiles run one program per SM
+  (``benchmarks/fixed_history_attention_h200.md``). The launch copies
   caches by TMA where it can (``_tma_copyable`` in the launch module); its
   128-row tiles run two multiplying partitions (``SPLIT_MMA``), fenced by
   the multiplying warps with a cache in q's dtype that TMA cannot copy
