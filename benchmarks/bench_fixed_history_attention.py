@@ -577,6 +577,19 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             )
             for name, kwargs in variants[1:]
         ]
+        if shape[6] % 128 == 0:  # raw tiles staged by TMA (128 e4m3 per row)
+            fp8_tma = dict(ws, tma=True, f16_dots=True, narrow_convert=True)
+            variants.append(
+                ("warp-specialized, TMA-staged fp8 pages, float16 dots, 2/SM", fp8_tma)
+            )
+            if wide:
+                variants.append(
+                    (
+                        "warp-specialized, 128-row tiles, split MMA, ring 4, "
+                        "TMA-staged fp8 pages, float16 dots, 1/SM",
+                        dict(fp8_tma, rows=128, split_mma=True, ring=4),
+                    )
+                )
     for name, kwargs in variants:
         if only and only not in name:
             continue

@@ -1159,13 +1159,13 @@ if not _IN_CHILD:
         else:
             assert args[9:] == (None, None)
         expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
-        # fp8: the loader converts 8 values per thread; bf16 (16-key pages,
-        # aligned): whole pages copied by TMA. 128-row tiles: two
-        # multiplying partitions and a ring of 4 (measured faster).
+        # Whole pages copied by TMA (16-key pages, aligned; fp8 into the
+        # staging slots); fp8: the loader converts 8 values per thread.
+        # 128-row tiles: two multiplying partitions and a ring of 4
+        # (measured faster).
+        expected.update(tma=True)
         if fp8:
             expected.update(narrow_convert=True)
-        else:
-            expected.update(tma=True)
         if rows == 128:
             expected.update(split_mma=True, ring=4)
         assert kwargs == expected

@@ -91,7 +91,8 @@ def _compile(
         # 16-key pages), else None.
         from triton.runtime.jit import mangle_type
 
-        cache = torch.empty(4, 16, 8, head_dim, dtype=torch.bfloat16)
+        cache_dtype = torch.float8_e4m3fn if kv_dtype == "fp8e4nv" else torch.bfloat16
+        cache = torch.empty(4, 16, 8, head_dim, dtype=cache_dtype)
         desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
         signature.update(k_desc=desc, v_desc=desc)
         if not tma:
@@ -233,6 +234,41 @@ def test_tma_loader_copies_whole_pages_and_the_edge_tiles_with_cp_async(
     assert code.registers <= maxnreg and code.stack_bytes == 0
 
 
+@pytest.mark.parametrize(
+    "rows,group,maxnreg,extra",
+    [(64, 4, 128, {}), (128, 8, 168, {"split_mma": True, "ring": 4})],
+)
+def test_tma_stages_whole_fp8_pages_and_the_edge_tiles_with_cp_async(
+    rows, group, maxnreg, extra
+):
+    # tma with an fp8 cache: a 64-key tile of 16-key pages at D = 128 is 4
+    # pages x K and V = 8 TMA copies of 128 bytes per row into a staging
+    # slot, issued where the loader fills its slots first and where it
+    # refills each one (16 in all); the edge tiles by masked cp.async
+    # (16-byte pieces) counted on the slot's barrier; the read-back and
+    # conversion as without TMA (8 values per thread with narrow_convert:
+    # 8-byte shared-memory reads).
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *("fp8e4nv", group, 128),
+        maxnreg=maxnreg,
+        rows=rows,
+        f16=True,
+        narrow_convert=True,
+        tma=True,
+        **extra,
+    )
+    assert code.count("UTMALDG.4D") == 2 * 8, code.instructions
+    assert code.count("LDGSTS.E.BYPASS.128") > 0
+    assert code.count("ARRIVES.LDGSTSBAR.64") > 0, code.instructions
+    assert code.count("LDS.64") > 0 and code.count("HGMMA") > 0
+    assert code.registers <= maxnreg
+    import triton
+
+    if triton.__version__.startswith("3.7."):
+        assert code.stack_bytes == 0
+
+
 def test_launch_copies_by_tma_only_what_tma_can_copy():
     from vllm_spark2_5_plugin.ops.fixed_history_launch import _tma_copyable
 
@@ -245,7 +281,10 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     # The HND layout: the same logical shape, other strides.
     hnd = torch.empty(8, 8, 16, 128, dtype=torch.bfloat16).transpose(1, 2)
     assert _tma_copyable(q, hnd, hnd)
-    assert not _tma_copyable(q, cache(), cache(dtype=torch.float8_e4m3fn))
+    fp8 = torch.float8_e4m3fn
+    assert _tma_copyable(q, cache(dtype=fp8), cache(dtype=fp8))
+    assert not _tma_copyable(q, cache(dtype=fp8, head_dim=64), cache(dtype=fp8))
+    assert not _tma_copyable(q, cache(), cache(dtype=fp8))
     assert not _tma_copyable(q, cache(dtype=torch.float16), cache())
     assert not _tma_copyable(q, cache(page=128), cache(page=128))  # > a tile
     assert not _tma_copyable(q, cache(page=48), cache(page=48))  # not a divisor
@@ -260,7 +299,12 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     # The pipeline asks for TMA only when told the caches allow it.
     assert _gluon_pipeline(64, kv_fp8=False, tma=True) == {"tma": True}
     assert "tma" not in _gluon_pipeline(128, kv_fp8=False)
-    assert "tma" not in _gluon_pipeline(128, kv_fp8=True, tma=True)
+    assert _gluon_pipeline(128, kv_fp8=True, tma=True) == {
+        "narrow_convert": True,
+        "tma": True,
+        "split_mma": True,
+        "ring": 4,
+    }
 
 
 def test_tma_refuses_what_it_cannot_copy():
@@ -273,6 +317,22 @@ def test_tma_refuses_what_it_cannot_copy():
         case, dtype=torch.bfloat16, device="cpu", seed=0, fp8_scales=(0.5, 2.0)
     )
     scales = {"k_scale": torch.tensor(0.5), "v_scale": torch.tensor(2.0)}
+    # An fp8 cache: its own fences only; pieces of 128 e4m3 values.
+    with pytest.raises(ValueError, match="fence_in_mma does not apply"):
+        fixed_history_attention_wgmma(
+            *(q, k, v, bt, ctx, qsl, 32, 0.1),
+            **scales,
+            warp_specialized=True,
+            tma=True,
+            fence_in_mma=True,
+        )
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case._replace(head_dim=64),
+        dtype=torch.bfloat16,
+        device="cpu",
+        seed=0,
+        fp8_scales=(0.5, 2.0),
+    )
     with pytest.raises(ValueError, match="tma needs"):
         fixed_history_attention_wgmma(
             q, k, v, bt, ctx, qsl, 32, 0.1, **scales, warp_specialized=True, tma=True
@@ -381,9 +441,9 @@ def test_narrow_convert_reads_staged_fp8_tiles_8_values_per_thread(
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
     # The pipelines the launch picks for 128-row tiles (one program per SM,
-    # 168 registers; fp8 with float16 MMAs, as the plan sets them; bf16 with
-    # TMA page copies) run two multiplying partitions within one SM's shared
-    # memory. The launch runs the Gluon kernel under Triton 3.7 only
+    # 168 registers; fp8 with float16 MMAs, as the plan sets them; both
+    # with TMA page copies) run two multiplying partitions within one SM's
+    # shared memory. The launch runs the Gluon kernel under Triton 3.7 only
     # (gluon_supported), and there they do not spill; Triton 3.9 compiles
     # the fp8 one with 24 bytes of spills, so elsewhere only the register
     # limit holds.
@@ -396,7 +456,7 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
         maxnreg=168,
         rows=128,
         f16=fp8,
-        **_gluon_pipeline(128, kv_fp8=fp8, tma=not fp8),
+        **_gluon_pipeline(128, kv_fp8=fp8, tma=True),
     )
     assert code.registers <= 168
     if triton.__version__.startswith("3.7."):
@@ -628,6 +688,11 @@ _KERNELS = {
     "ws-128rows-launch-fp8": {
         "warp_specialized": True,
         "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True),
+    },
+    "ws-128rows-launch-fp8-no-tma": {
+        "warp_specialized": True,
+        "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True),
     },
     "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
@@ -638,14 +703,32 @@ _KERNELS = {
         "ring": 4,
         "raw_slots": 4,
     },
-    # The launch's choice for 64-row tiles of an fp8 cache: the loader
-    # reads staged tiles back 8 values per thread (stores without bank
-    # conflicts); a cache in q's dtype ignores it.
-    "ws-launch-fp8": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=True)},
+    # The launch's choices for 64-row tiles of an fp8 cache: raw tiles
+    # staged by TMA where it can copy them (head dim 128), the loader
+    # reading them back 8 values per thread (stores without bank
+    # conflicts); a cache in q's dtype ignores the read-back.
+    "ws-launch-fp8": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+    },
+    "ws-launch-fp8-no-tma": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True),
+    },
     # Whole pages copied by TMA (caches in q's dtype only), the tiles with
     # keys outside the window by cp.async: the launch's choice for 64-row
     # tiles of a bf16 cache.
     "ws-tma": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=False, tma=True)},
+    # fp8: raw tiles staged by TMA, read back 8 values per thread.
+    "ws-tma-narrow": {"warp_specialized": True, "tma": True, "narrow_convert": True},
+    "ws-128rows-split-tma-narrow-ring4": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "tma": True,
+        "narrow_convert": True,
+        "ring": 4,
+    },
     "ws-128rows-split-tma-ring4": {
         "warp_specialized": True,
         "rows": 128,
@@ -710,9 +793,9 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         fixed_history_attention_wgmma,
     )
 
-    if fp8 is not None and _KERNELS[kernel].get("tma"):
-        pytest.skip("TMA copies caches in q's dtype only")
     case = _CASES[name]
+    if fp8 is not None and _KERNELS[kernel].get("tma") and case.head_dim % 128:
+        pytest.skip("TMA copies fp8 caches at head dims that are multiples of 128")
     seed = _fresh_seed()
     q, k, v, bt, ctx, qsl = _make_inputs(
         case,
@@ -761,10 +844,13 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "wgmma",
         "ws",
         "ws-launch-fp8",
+        "ws-launch-fp8-no-tma",
         "ws-128rows-launch-bf16",
         "ws-128rows-launch-bf16-no-tma",
         "ws-tma",
         "ws-128rows-split-tma-ring4",
+        "ws-tma-narrow",
+        "ws-128rows-split-tma-narrow-ring4",
     ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])

@@ -74,14 +74,26 @@ def loader_only_kernel(
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=1)
+    raw_ready = ready
     if KV_FP8:
-        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        if TMA:  # staged by TMA (since 2026-12-02b): swizzled, with barriers
+            raw_smem: gl.constexpr = gl.NVMMASharedLayout(
+                swizzle_byte_width=128, element_bitwidth=8, rank=2
+            )
+        else:
+            raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
         k_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
         v_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
+        if TMA:
+            raw_ready = gl.allocate_shared_memory(
+                gl.int64, [NUM_RAW, 1], mbarrier.MBarrierLayout()
+            )
+            for i in gl.static_range(NUM_RAW):
+                mbarrier.init(raw_ready.index(i), count=1)
     else:
         k_raw = k_smem
         v_raw = v_smem
@@ -92,13 +104,15 @@ def loader_only_kernel(
                 (
                     ready, empty, context_lens_ptr, query_start_loc_ptr, window,
                     num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HAS_WINDOW,
-                    NUM_BUF, FENCE_IN_MMA or TMA, PAGE_SIZE if TMA else 1,
+                    NUM_BUF, FENCE_IN_MMA or (TMA and not KV_FP8),
+                    PAGE_SIZE if TMA else 1,
                 ),
             ),
             (
                 G._ws_load_partition,
                 (
-                    k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                    k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
+                    k_ptr,
                     v_ptr, block_table_ptr, context_lens_ptr,
                     query_start_loc_ptr, window, num_reqs, stride_k_blk,
                     stride_k_slot, stride_k_head, stride_v_blk,

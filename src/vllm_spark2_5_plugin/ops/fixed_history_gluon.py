@@ -24,16 +24,18 @@ key split (no partial results):
 * ``fixed_history_ws_kernel``: a loading warpgroup (fp8: copy ``NUM_RAW``
   tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
   q's dtype: copy straight into the ring, by ``cp.async`` or, with ``TMA``,
-  a page at a time by the tensor memory accelerator) and one or two
+  a page at a time by the tensor memory accelerator, which with an fp8
+  cache fills the staging slots instead) and one or two
   multiplying ones (MMAs and softmax), synchronized by mbarriers, so that
   the conversion runs beside the MMAs and the softmax instead of between
   them. On the H200 (kernel in a CUDA graph against the read floor,
-  2026-12-02): fp8 caches 1.57-1.62, 1.57-1.64, 1.77-1.83 and 2.76-2.84
-  times the floor at the benchmark's shapes 1-4 (two runs), bound by the
-  loader (alone, with nothing to multiply, it takes 1.71 times the floor at
-  shape 1 and 2.04 at shape 4); bf16 caches with TMA copies 0.97-1.08 at
-  shapes 1-3 and 1.38 at shape 4, whose 128-row tiles run one program per
-  SM (``benchmarks/fixed_history_attention_h200.md``). The launch copies
+  2026-12-02): fp8 caches staged by TMA 1.46, 1.48-1.53, 1.65 and 2.69
+  times the floor at the benchmark's shapes 1-4, bound by the loader's
+  read-back and conversion (alone, with nothing to multiply, it takes 1.58
+  times the floor at shape 1 and 1.83 at shape 4); bf16 caches with TMA
+  copies 0.97-1.08 at shapes 1-3 and 1.38-1.41 at shape 4, whose 128-row
+  tiles run one program per SM
+  (``benchmarks/fixed_history_attention_h200.md``). The launch copies
   caches by TMA where it can (``_tma_copyable`` in the launch module); its
   128-row tiles run two multiplying partitions (``SPLIT_MMA``), fenced by
   the multiplying warps with a cache in q's dtype that TMA cannot copy
@@ -545,7 +547,7 @@ def fixed_history_wgmma_kernel(
 
 @gluon.jit
 def _ws_load_partition(
-    k_raw, v_raw, k_smem, v_smem, ready, empty,
+    k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
     k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
     window, num_reqs,
     stride_k_blk, stride_k_slot, stride_k_head,
@@ -567,9 +569,19 @@ def _ws_load_partition(
     its copies in flight at a signal). ``NARROW``: the staged tiles are read
     back 8 values per thread (``_convert_layout``, every loading thread's
     copies awaited), so that the converted stores are one wavefront each.
-    ``TMA`` (caches in q's dtype): ``_ws_tma_partition`` with the caches'
-    descriptors ``k_desc``/``v_desc``."""
-    if TMA:
+    ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
+    ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
+    the caches' descriptors ``k_desc``/``v_desc``."""
+    if TMA and KV_FP8:
+        _ws_tma_fp8_partition(
+            k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
+            empty, k_ptr, v_ptr, block_table_ptr, context_lens_ptr,
+            query_start_loc_ptr, window, num_reqs, stride_k_blk, stride_k_slot,
+            stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
+            stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW,
+        )  # fmt: skip
+    elif TMA:
         _ws_tma_partition(
             k_desc, v_desc, k_smem, v_smem, ready, empty, k_ptr, v_ptr,
             block_table_ptr, context_lens_ptr, query_start_loc_ptr, window,
@@ -727,12 +739,143 @@ def _ws_copy_partition(
 
 @gluon.constexpr_function
 def tma_piece_layout(bitwidth):
-    """The shared layout of one TMA copy: a page of one KV head, 64 values
-    of the head dim (``[1, PAGE_SIZE, 1, 64]`` of a ``[blocks, page, heads,
-    D]`` cache), placed inside a ring buffer's 128-byte swizzle."""
+    """The shared layout of one TMA copy: a page of one KV head, 128 bytes
+    of the head dim (``[1, PAGE_SIZE, 1, tma_piece_width(bitwidth)]`` of a
+    ``[blocks, page, heads, D]`` cache), placed inside a tile's 128-byte
+    swizzle."""
     return gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=bitwidth, rank=4
     )
+
+
+@gluon.constexpr_function
+def tma_piece_width(bitwidth):
+    """Head-dim values per TMA copy: one 128-byte swizzle row (64 bf16/fp16
+    values, 128 e4m3)."""
+    return 1024 // bitwidth
+
+
+@gluon.constexpr_function
+def _page_ids_layout(pages, num_warps):
+    """Every thread of ``num_warps`` warps holding all ``pages`` page ids of
+    a key tile (TMA coordinates are the same in every thread)."""
+    return gl.BlockedLayout([pages], [32], [num_warps], [0])
+
+
+@gluon.jit
+def _tile_page_ids(
+    bt_row, start, hi, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr
+):  # fmt: skip
+    """The block-table entries of the pages of the key tile from ``start``
+    (a page boundary; 0 past ``hi``), loaded a tile before its copies are
+    issued, so that their latency stays off the loader's path."""
+    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    layout: gl.constexpr = _page_ids_layout(PAGES, gl.num_warps())
+    pos = start + PAGE_SIZE * gl.arange(0, PAGES, layout=layout)
+    return gl.load(bt_row + pos // PAGE_SIZE, mask=pos < hi, other=0)
+
+
+@gluon.jit
+def _page_id(page_ids, p: gl.constexpr):
+    """Entry ``p`` of ``_tile_page_ids``, as a scalar (a sum within each
+    thread)."""
+    layout: gl.constexpr = page_ids.type.layout
+    idx = gl.arange(0, page_ids.shape[0], layout=layout)
+    return gl.sum(gl.where(idx == p, page_ids, 0), axis=0)
+
+
+@gluon.jit
+def _tma_copy_tile(
+    k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids, kv_head,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+):  # fmt: skip
+    """The TMA copies of the K/V key tile from ``start`` (a page boundary)
+    into ``k_dst``/``v_dst`` (128-byte-swizzled ``[BLOCK_N, HEAD_DIM]``
+    tiles in the caches' dtype), one page of one KV head and 128 bytes of
+    the head dim per copy; ``bar`` completes when their bytes have landed
+    (the expectation is its one arrival). Its pages: ``page_ids`` (from
+    ``_tile_page_ids``), or with ``None`` read from ``bt_row`` at each
+    copy (the faster choice with a cache in q's dtype on the H200)."""
+    dtype: gl.constexpr = k_dst.dtype
+    bits: gl.constexpr = dtype.primitive_bitwidth
+    WIDTH: gl.constexpr = tma_piece_width(bits)
+    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    PIECES: gl.constexpr = HEAD_DIM // WIDTH
+    piece_layout: gl.constexpr = tma_piece_layout(bits)
+    piece_shape: gl.constexpr = [PIECES * PAGES, 1, PAGE_SIZE, 1, WIDTH]
+    mbarrier.expect(bar, 2 * BLOCK_N * HEAD_DIM * bits // 8)
+    # The tile as pieces: piece h * PAGES + p holds rows PAGE_SIZE * p ..
+    # PAGE_SIZE * (p + 1) - 1 of the head dim's h-th WIDTH values (a
+    # 128-byte-swizzled tile stores its 128-byte column blocks one after
+    # the other).
+    k_pieces = _view_as(k_dst, dtype, piece_shape, piece_layout)
+    v_pieces = _view_as(v_dst, dtype, piece_shape, piece_layout)
+    for p in gl.static_range(PAGES):
+        if page_ids is None:
+            page_id = gl.load(bt_row + start // PAGE_SIZE + p)
+        else:
+            page_id = _page_id(page_ids, p)
+        for h in gl.static_range(PIECES):
+            _tma_load(
+                k_desc, [page_id, 0, kv_head, WIDTH * h], bar,
+                k_pieces.index(h * PAGES + p),
+            )  # fmt: skip
+            _tma_load(
+                v_desc, [page_id, 0, kv_head, WIDTH * h], bar,
+                v_pieces.index(h * PAGES + p),
+            )  # fmt: skip
+
+
+@gluon.jit
+def _copy_edge_tile(
+    k_dst, v_dst, bar, bt_row, k_head, v_head, start, lo, hi,
+    stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
+    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+    layout: gl.constexpr,
+):  # fmt: skip
+    """The K/V key tile from ``start`` by ``cp.async``, the keys outside
+    ``lo .. hi - 1`` zero-filled (cache slots outside a request's window may
+    hold anything, and a weight of 0 times NaN is NaN): where TMA, which
+    copies whole pages, would read them. Each thread's copies arrive on
+    ``bar`` as they land (each counted first), then the loader arrives once
+    (``bar`` expects one arrival)."""
+    page, ok = _tile_pages(bt_row, start, hi, PAGE_SIZE, BLOCK_N, layout)
+    keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    ok = ok & (keys >= lo)
+    _copy_kv_tiles(
+        k_dst, v_dst, k_head, v_head, page, ok, start, stride_k_blk,
+        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N,
+        HEAD_DIM, layout,
+    )  # fmt: skip
+    async_copy.mbarrier_arrive(bar, increment_count=True)
+    # Every thread's copies counted before the arrival that would otherwise
+    # complete the phase.
+    gl.barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _stage_tile(
+    k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head, v_head,
+    kv_head, start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk,
+    stride_v_slot, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, layout: gl.constexpr,
+):  # fmt: skip
+    """The K/V key tile from ``start`` (its pages ``page_ids``, or ``None``:
+    see ``_tma_copy_tile``) into ``k_dst``/``v_dst``, ``bar`` completing
+    when it has landed: by TMA when all its keys lie in ``lo .. hi - 1``,
+    else by ``_copy_edge_tile``."""
+    if (start >= lo) & (start + BLOCK_N <= hi):
+        _tma_copy_tile(
+            k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids,
+            kv_head, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+        )  # fmt: skip
+    else:
+        _copy_edge_tile(
+            k_dst, v_dst, bar, bt_row, k_head, v_head, start, lo, hi,
+            stride_k_blk, stride_k_slot, stride_v_blk, stride_v_slot,
+            PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+        )  # fmt: skip
 
 
 @gluon.jit
@@ -747,24 +890,15 @@ def _ws_tma_partition(
     NUM_BUF: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup with TMA (caches in q's dtype): the key tiles
-    of an item start at a page boundary, and every tile whose keys all lie
-    in ``lo .. hi - 1`` is copied by the tensor memory accelerator, one page
-    of one KV head and 64 values of the head dim per copy, into ring buffer
-    ``it % NUM_BUF``, whose ``ready`` barrier completes when the tile's
-    bytes have landed. The others (the item's first, where ``lo`` is not at
-    a page boundary, and its last) are copied with ``cp.async`` instead,
-    with the keys outside the range zero-filled: cache slots outside a
-    request's window may hold anything, and a weight of 0 times NaN is NaN.
-    Their copies arrive on the barrier as they land (each one counted
-    first), then the loader arrives once. The multiplying warps fence every
-    tile after waiting (the ``cp.async`` copies are not in TMA's proxy)."""
+    of an item start at a page boundary, and each is copied into ring
+    buffer ``it % NUM_BUF`` by ``_stage_tile`` (TMA, or ``cp.async`` for
+    the tiles with keys outside the window: an item's first, where ``lo``
+    is not at a page boundary, and its last), its ``ready`` barrier
+    completing when the tile has landed. The multiplying warps fence every
+    tile after waiting (the ``cp.async`` copies are not in TMA's proxy).
+    The page ids are read at each copy (loading them a tile ahead, as the
+    fp8 loader does, was 0.7-0.9% slower at shapes 3 and 4 on the H200)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
-    dtype: gl.constexpr = k_smem.dtype
-    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
-    PIECES: gl.constexpr = HEAD_DIM // 64
-    TILE_BYTES: gl.constexpr = 2 * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
-    piece_layout: gl.constexpr = tma_piece_layout(dtype.primitive_bitwidth)
-    piece_shape: gl.constexpr = [PIECES * PAGES, 1, PAGE_SIZE, 1, 64]
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -778,53 +912,97 @@ def _ws_tma_partition(
         for _pass in range(0, num_q, BLOCK_Q):
             for t in range(0, n_tiles):
                 buf = it % NUM_BUF
-                start = first + t * BLOCK_N
                 # Free once the MMAs on its previous tile completed (in the
                 # first round parity 1, which precedes a new barrier's phase).
                 mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
-                if (start >= lo) & (start + BLOCK_N <= hi):
-                    mbarrier.expect(ready.index(buf), TILE_BYTES)
-                    # The buffer as pieces: piece h * PAGES + p holds rows
-                    # 16p .. 16p + 15 of the head dim's h-th 64 values (a
-                    # 128-byte-swizzled [BLOCK_N, HEAD_DIM] tile stores its
-                    # 64-value column blocks one after the other).
-                    k_pieces = _view_as(
-                        k_smem.index(buf), dtype, piece_shape, piece_layout
-                    )
-                    v_pieces = _view_as(
-                        v_smem.index(buf), dtype, piece_shape, piece_layout
-                    )
-                    for p in gl.static_range(PAGES):
-                        page_id = gl.load(bt_row + start // PAGE_SIZE + p)
-                        for h in gl.static_range(PIECES):
-                            _tma_load(
-                                k_desc, [page_id, 0, kv_head, 64 * h],
-                                ready.index(buf), k_pieces.index(h * PAGES + p),
-                            )  # fmt: skip
-                            _tma_load(
-                                v_desc, [page_id, 0, kv_head, 64 * h],
-                                ready.index(buf), v_pieces.index(h * PAGES + p),
-                            )  # fmt: skip
-                else:
-                    page, ok = _tile_pages(
-                        bt_row, start, hi, PAGE_SIZE, BLOCK_N, kv_layout
-                    )
-                    keys = start + gl.arange(
-                        0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout)
-                    )
-                    ok = ok & (keys >= lo)
-                    _copy_kv_tiles(
-                        k_smem.index(buf), v_smem.index(buf), k_head, v_head,
-                        page, ok, start, stride_k_blk, stride_k_slot,
-                        stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N,
-                        HEAD_DIM, kv_layout,
-                    )  # fmt: skip
-                    async_copy.mbarrier_arrive(ready.index(buf), increment_count=True)
-                    # Every thread's copies counted before the arrival that
-                    # would otherwise complete the phase.
-                    gl.barrier()
-                    mbarrier.arrive(ready.index(buf), count=1)
+                _stage_tile(
+                    k_desc, v_desc, k_smem.index(buf), v_smem.index(buf),
+                    ready.index(buf), bt_row, None, k_head, v_head, kv_head,
+                    first + t * BLOCK_N, lo, hi, stride_k_blk, stride_k_slot,
+                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                    kv_layout,
+                )  # fmt: skip
                 it += 1
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _ws_tma_fp8_partition(
+    k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
+):  # fmt: skip
+    """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
+    of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
+    128-byte-swizzled slots ``k_raw``/``v_raw`` by ``_stage_tile``, slot
+    barrier ``raw_ready`` completing as each lands; then, as without TMA,
+    read back (``NARROW``: 8 values per thread), converted and stored into
+    ring buffer ``it % NUM_BUF`` once it is free, fenced and signalled.
+    ``r``, the raw tiles staged so far, gives each slot's phase."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
+    cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
+    it = 0
+    r = 0
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+            )
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
+                slot = (r + i) % NUM_RAW
+                start = first + i * BLOCK_N
+                _stage_tile(
+                    k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
+                    raw_ready.index(slot), bt_row,
+                    _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
+                    k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
+                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
+                )  # fmt: skip
+            page_ids = _tile_page_ids(
+                bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+            )
+            for t in range(0, n_tiles):
+                slot = (r + t) % NUM_RAW
+                buf = it % NUM_BUF
+                mbarrier.wait(raw_ready.index(slot), ((r + t) // NUM_RAW) & 1)
+                # Ring buffer free once the MMAs on its previous tile have
+                # completed (in the first round parity 1, which precedes a
+                # new barrier's phase).
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                _convert_tiles(
+                    k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
+                    v_smem.index(buf), cvt_layout, True,
+                )  # fmt: skip
+                # Every loading thread's stores visible to the MMAs' proxy and
+                # its reads of the slot done before TMA writes it again.
+                fence_async_shared()
+                gl.barrier()
+                mbarrier.arrive(ready.index(buf), count=1)
+                if t + NUM_RAW < n_tiles:
+                    _stage_tile(
+                        k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
+                        raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
+                        kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
+                        stride_k_blk, stride_k_slot, stride_v_blk,
+                        stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+                    )  # fmt: skip
+                page_ids = _tile_page_ids(
+                    bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
+                    BLOCK_N,
+                )  # fmt: skip
+                it += 1
+            r += n_tiles
     async_copy.wait_group(0)
 
 
@@ -1016,7 +1194,7 @@ def fixed_history_ws_kernel(
     # TMA: one arrival (with the tile's bytes, or the loader's after its
     # counted cp.async copies), the multiplying warps fencing every tile.
     ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
-    MMA_FENCE: gl.constexpr = FENCE_IN_MMA or TMA
+    MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and not KV_FP8)
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
@@ -1027,15 +1205,28 @@ def fixed_history_ws_kernel(
         for i in gl.static_range(2):
             mbarrier.init(turn.index(i), count=1)
         mbarrier.arrive(turn.index(0), count=1)
+    raw_ready = ready  # unused but with TMA and an fp8 cache
     if KV_FP8:
-        # The tiles as loaded, before conversion.
-        raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        # The tiles as loaded, before conversion (TMA: 128-byte-swizzled, as
+        # its copies place them; each slot with a barrier for their bytes).
+        if TMA:
+            raw_smem: gl.constexpr = gl.NVMMASharedLayout(
+                swizzle_byte_width=128, element_bitwidth=8, rank=2
+            )
+        else:
+            raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
         k_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
         v_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
+        if TMA:
+            raw_ready = gl.allocate_shared_memory(
+                gl.int64, [NUM_RAW, 1], mbarrier.MBarrierLayout()
+            )
+            for i in gl.static_range(NUM_RAW):
+                mbarrier.init(raw_ready.index(i), count=1)
     else:
         k_raw = k_smem  # unused: copied straight into the ring
         v_raw = v_smem
@@ -1069,7 +1260,7 @@ def fixed_history_ws_kernel(
                 (
                     _ws_load_partition,
                     (
-                        k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                        k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty, k_ptr,
                         v_ptr, block_table_ptr, context_lens_ptr,
                         query_start_loc_ptr, window, num_reqs, stride_k_blk,
                         stride_k_slot, stride_k_head, stride_v_blk,
@@ -1101,7 +1292,7 @@ def fixed_history_ws_kernel(
                 (
                     _ws_load_partition,
                     (
-                        k_raw, v_raw, k_smem, v_smem, ready, empty, k_ptr,
+                        k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty, k_ptr,
                         v_ptr, block_table_ptr, context_lens_ptr,
                         query_start_loc_ptr, window, num_reqs, stride_k_blk,
                         stride_k_slot, stride_k_head, stride_v_blk,
@@ -1215,15 +1406,16 @@ def kernel_arguments(
 def _tma_descriptor(cache):
     """A TMA descriptor of a ``[blocks, page, KV heads, D]`` cache view (any
     16-byte-aligned strides) whose copies are one page of one KV head and
-    64 values of the head dim."""
+    128 bytes of the head dim."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    bits = cache.element_size() * 8
     return TensorDescriptor(
         cache,
         list(cache.shape),
         list(cache.stride()),
-        [1, cache.shape[1], 1, 64],
-        _host_piece_layout(cache.element_size() * 8),
+        [1, cache.shape[1], 1, tma_piece_width(bits)],
+        _host_piece_layout(bits),
     )
 
 
@@ -1299,9 +1491,12 @@ def fixed_history_attention_wgmma(
     issue their MMAs in turn, one's softmax beside the other's MMAs.
     ``narrow_convert`` (fp8 caches): the loader converts 8 values per thread
     at a time, so that its stores into the ring run without bank conflicts.
-    ``tma`` (warp-specialized, a cache in q's dtype, head dim a multiple of
-    64, pages that divide ``block_n``): whole pages copied by the tensor
-    memory accelerator (``_ws_tma_partition``)."""
+    ``tma`` (warp-specialized, pages that divide ``block_n``; a cache in q's
+    dtype with a head dim a multiple of 64, or an fp8 cache with one a
+    multiple of 128): whole pages copied by the tensor memory accelerator,
+    128 bytes of the head dim per copy, straight into the ring
+    (``_ws_tma_partition``) or into the fp8 staging slots
+    (``_ws_tma_fp8_partition``)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -1315,13 +1510,18 @@ def fixed_history_attention_wgmma(
         raise ValueError("pingpong needs split_mma=True and overlap=True")
     if tma and (
         not warp_specialized
-        or k_cache.dtype != q.dtype
-        or q.shape[2] % 64
+        or k_cache.dtype not in (q.dtype, torch.float8_e4m3fn)
+        or q.shape[2] % (128 // k_cache.element_size())
         or block_n % k_cache.shape[1]
     ):
         raise ValueError(
-            "tma needs warp_specialized=True, a cache in q's dtype, a head dim "
-            "that is a multiple of 64 and pages that divide block_n"
+            "tma needs warp_specialized=True, a cache in q's dtype (head dim a "
+            "multiple of 64) or in fp8 (head dim a multiple of 128) and pages "
+            "that divide block_n"
+        )
+    if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
+        raise ValueError(
+            "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
         )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")

@@ -117,7 +117,8 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
     accelerator (``_tma_copyable``); then the loader copies whole pages with
     it (32 requests x 4 KV heads x 4096 keys: 100.1 -> 87.3 us; 64-row tiles
-    as fast or faster). fp8 caches: the loader converts 8 values per thread,
+    as fast or faster); an fp8 cache's raw tiles are staged by it (not yet
+    timed on a GPU). fp8 caches: the loader converts 8 values per thread,
     so that its stores into the ring run without bank conflicts (with the
     plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
     128-row tiles: two multiplying partitions of 64 rows each
@@ -129,12 +130,9 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     with ``split_mma`` too). ``fence_in_mma`` is not for 64-row tiles, two
     programs per SM (up to 27% slower at 256 requests), nor for fp8 caches
     (no gain)."""
-    if kv_fp8:
-        options = {"narrow_convert": True}
-    elif tma:
-        options = {"tma": True}
-    else:
-        options = {}
+    options = {"narrow_convert": True} if kv_fp8 else {}
+    if tma:
+        options.update(tma=True)
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if not kv_fp8 and not tma:
@@ -143,15 +141,18 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
 
 
 def _tma_copyable(q: torch.Tensor, *caches: torch.Tensor) -> bool:
-    """Whether the Gluon kernel's TMA loader can copy the caches: in q's
-    dtype, pages of at most 64 keys that divide a 64-key tile, a head dim
-    that is a multiple of 64, 16-byte-aligned addresses and strides."""
+    """Whether the Gluon kernel's TMA loader can copy the caches: all in q's
+    dtype (head dim a multiple of 64) or all fp8 (head dim a multiple of
+    128: 128 bytes per copy), pages of at most 64 keys that divide a 64-key
+    tile, 16-byte-aligned addresses and strides."""
+    dtypes = {cache.dtype for cache in caches}
+    if len(dtypes) != 1 or not dtypes <= {q.dtype, torch.float8_e4m3fn}:
+        return False
     for cache in caches:
         size = cache.element_size()
         if (
-            cache.dtype != q.dtype
-            or 64 % cache.shape[1]
-            or cache.shape[3] % 64
+            64 % cache.shape[1]
+            or cache.shape[3] % (128 // size)
             or cache.stride(3) != 1
             or cache.data_ptr() % 16
             or any(stride * size % 16 for stride in cache.stride()[:3])
@@ -535,7 +536,7 @@ def launch_kernel(
             **_gluon_pipeline(
                 rows,
                 kv_fp8=scales is not None,
-                tma=scales is None and _tma_copyable(q, k_cache, v_cache),
+                tma=_tma_copyable(q, k_cache, v_cache),
             ),
         )
     programs = num_items
