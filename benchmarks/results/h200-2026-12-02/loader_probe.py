@@ -3,7 +3,9 @@
 # that only waits for each tile and releases it (no MMAs, no softmax). Its
 # time is what the loader can do at one program per SM; set against the
 # full kernel's and the read floor's at one shape.
-#   PYTHONPATH=/tmp/t371:src python3 loader_probe.py SHAPE_INDEX bf16|fp8 'JSON'
+#   PYTHONPATH=/tmp/t371:src python3 loader_probe.py SHAPE_INDEX bf16|fp8 'JSON' [graph]
+# ("graph", added 2026-12-02c: each call timed as a CUDA graph's replays, so
+# that the host's time per TMA launch does not set it)
 # (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n", "rows",
 # "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots", "tma"}
 # variants)
@@ -152,6 +154,7 @@ def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
 def main():
     idx, kv = int(sys.argv[1]), sys.argv[2]
     variants = json.loads(sys.argv[3])
+    graph = sys.argv[4:] == ["graph"]
     shape = B.SHAPES[idx]
     R, L, Bq, W, nH, nKV, D = shape
     raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=idx, kv_dtype=kv)
@@ -171,7 +174,9 @@ def main():
         try:
             call()
             torch.cuda.synchronize()
-            t = triton.testing.do_bench(call, warmup=50, rep=300, return_mode="median")
+            t = (
+                B.bench_replayed(call, rep=300) if graph else B.bench(call, rep=300)
+            ) / 1e3
             gbs = kv_bytes / (t * 1e-3) / 1e12
             print(
                 f"  loader only {t * 1e3:7.1f} us ({gbs:.2f} TB/s)  {var}", flush=True
