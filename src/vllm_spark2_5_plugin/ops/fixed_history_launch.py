@@ -117,8 +117,9 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
     accelerator (``_tma_copyable``); then the loader copies whole pages with
     it (32 requests x 4 KV heads x 4096 keys: 100.1 -> 87.3 us; 64-row tiles
-    as fast or faster); an fp8 cache's raw tiles are staged by it (not yet
-    timed on a GPU). fp8 caches: the loader converts 8 values per thread,
+    as fast or faster); an fp8 cache's raw tiles are staged by it (fp8
+    shapes 1, 3, 4 of the benchmark: 203-208 -> 190, 226-228 -> 213, 87
+    -> 85 us). fp8 caches: the loader converts 8 values per thread,
     so that its stores into the ring run without bank conflicts (with the
     plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
     128-row tiles: two multiplying partitions of 64 rows each
