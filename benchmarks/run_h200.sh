@@ -19,6 +19,8 @@
 #   oracle-b    DSpark oracle, every other single-GPU run
 #   oracle-tp2  DSpark oracle at tensor parallel 2 (needs two GPUs)
 #   acceptance  trained draft: vLLM's acceptance vs the references' prediction
+#               (ACCEPTANCE_K: a pytest -k expression, e.g. fp8 for the
+#               --kv-cache-dtype fp8 case only)
 #   lora        LoRA adapters in bf16 vs the merged reference (TP=2 with 2 GPUs)
 #   fp8-ckpt    the llm-compressor FP8 checkpoint vs its bf16 source; needs
 #               SPARK2_5_FP8_PAIR (made on a CPU machine, see tests/test_fp8_gpu.py)
@@ -188,7 +190,7 @@ for stage in "$@"; do
     oracle-tp2) oracle oracle-tp2 "tp2" ;;
     acceptance)
       SPARK2_5_ORACLE_OUT=$OUT run acceptance python3 -m pytest -q -rA -s \
-        tests/test_dspark_gpu_acceptance.py
+        tests/test_dspark_gpu_acceptance.py ${ACCEPTANCE_K:+-k "$ACCEPTANCE_K"}
       ;;
     lora)
       SPARK2_5_ORACLE_OUT=$OUT run lora python3 -m pytest -q -rA -s \
