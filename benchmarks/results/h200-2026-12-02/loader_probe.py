@@ -7,8 +7,10 @@
 # ("graph", added 2026-12-02c: each call timed as a CUDA graph's replays, so
 # that the host's time per TMA launch does not set it)
 # (JSON: a list of {"ring", "raw_slots", "fence_in_mma", "block_n", "rows",
-# "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots", "tma"}
-# variants)
+# "programs_per_sm", "worker_regs", "narrow_convert", "f16_dots", "tma",
+# "maxnreg"} variants). Before 2026-12-02c it launched without maxnreg:
+# 255 registers per thread, one program per SM whatever programs_per_sm
+# said, so its 64-row figures (shapes 1-3) were for one program per SM.
 import json
 import sys
 
@@ -133,7 +135,8 @@ def loader_only_kernel(
 def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
                 v_scale=None, *, ring=4, raw_slots=2, fence_in_mma=False,
                 block_n=64, rows=128, programs_per_sm=1, worker_regs=112,
-                narrow_convert=False, f16_dots=False, tma=False):  # fmt: skip
+                narrow_convert=False, f16_dots=False, tma=False,
+                maxnreg=None):  # fmt: skip
     group = q.shape[1] // k.shape[2]
     args, constants = G.kernel_arguments(
         q, k, v, bt, ctx, qsl, window, scale, out, k_scale, v_scale,
@@ -148,6 +151,9 @@ def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
             fence_in_mma=fence_in_mma, narrow_convert=narrow_convert, tma=tma,
         ),
         num_warps=4,
+        # As the launch (added 2026-12-02c): without it the compiler takes
+        # 255 registers per thread, and two programs never fit on an SM.
+        maxnreg=maxnreg or (128 if programs_per_sm >= 2 else 168),
     )  # fmt: skip
 
 
