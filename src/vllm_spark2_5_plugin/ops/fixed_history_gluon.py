@@ -31,9 +31,9 @@ key split (no partial results):
   them. On the H200 (kernel in a CUDA graph against the read floor,
   2026-12-02): fp8 caches staged by TMA 1.46, 1.48-1.53, 1.65 and 2.69
   times the floor at the benchmark's shapes 1-4 (at shape 4 the loader
-  alone, with nothing to multiply, takes 1.83 times the floor, and the
-  MMAs and exponentials need 52.6 us per SM at peak against a 42.8 us
-  goal); bf16 caches with TMA
+  alone, with nothing to multiply, takes 1.83 times the floor, and per SM
+  the MMAs take 36.0 us at the float16 peak and the exponentials 16.6 us
+  against a goal of 42.8 us); bf16 caches with TMA
   copies 0.97-1.08 at shapes 1-3 and 1.38-1.41 at shape 4, whose 128-row
   tiles run one program per SM
   (``benchmarks/fixed_history_attention_h200.md``). The launch copies
