@@ -173,6 +173,38 @@ def bench_replayed(fn, rep=200):
     return bench(g.replay, rep=rep)
 
 
+def probe_args(argv):
+    """The probes' command line (``SHAPE_INDEX bf16|fp8 'JSON list' [graph]``,
+    e.g. ``results/h200-2026-12-01j/sweep.py``): the shape, its inputs from
+    ``build``, the variants (keyword arguments) and whether to time replays
+    of a CUDA graph."""
+    idx, kv = int(argv[1]), argv[2]
+    shape = SHAPES[idx]
+    return (
+        shape,
+        build(shape, seed=idx, kv_dtype=kv),
+        json.loads(argv[3]),
+        (argv[4:] == ["graph"]),
+    )
+
+
+def time_variants(call, variants, *, graph=False, rep=300, before=None):
+    """``(variant, median us)`` for ``call(**variant)`` of each variant, after
+    ``before()`` (if given) and one untimed call (``bench_replayed`` with
+    ``graph``), or ``(variant, exception)`` where the variant failed: a probe
+    reports it and goes on."""
+    for var in variants:
+        fn = functools.partial(call, **var)
+        try:
+            if before is not None:
+                before()
+            fn()
+            torch.cuda.synchronize()
+            yield var, bench_replayed(fn, rep) if graph else bench(fn, rep)
+        except Exception as e:  # noqa: BLE001 (a probe: report, go on)
+            yield var, e
+
+
 def copy_bandwidth():
     n = 2 * 1024**3 if DEVICE == "cuda" else 2**24  # 2 GiB each way on a GPU
     src = torch.randn(n // 2, dtype=torch.bfloat16, device=DEVICE)

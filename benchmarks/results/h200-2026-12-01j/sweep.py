@@ -4,7 +4,7 @@
 # With "graph" (added 2026-12-02c) each call is captured in a CUDA graph and
 # the replays are timed, so that a host slower than the kernel does not set
 # the time (a TMA launch costs 90-200 us on the host).
-import json
+import functools
 import sys
 
 sys.path[:0] = ["benchmarks", "src"]
@@ -17,26 +17,22 @@ from vllm_spark2_5_plugin.ops.fixed_history_gluon import (  # noqa: E402
     fixed_history_attention_wgmma,
 )
 
-idx, kv = int(sys.argv[1]), sys.argv[2]
-variants = json.loads(sys.argv[3])
-graph = sys.argv[4:] == ["graph"]
-shape = B.SHAPES[idx]
+shape, inputs, variants, graph = B.probe_args(sys.argv)
+raw, q, k, v, bt, ctx, qsl, sc = inputs
 W, s = shape[3], shape[6] ** -0.5
-raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=idx, kv_dtype=kv)
 ref = ops.fixed_history_attention(q, k, v, bt, ctx, qsl, W, s, **sc)
-for var in variants:
-    out = torch.empty_like(q)
+out = torch.empty_like(q)
 
-    def call(out=out, var=var):
-        return fixed_history_attention_wgmma(
-            q, k, v, bt, ctx, qsl, W, s, out, **sc, **var
-        )
 
-    try:
-        call()
-        torch.cuda.synchronize()
-        t = (B.bench_replayed(call, rep=300) if graph else B.bench(call, rep=300)) / 1e3
-        d = (out.float() - ref.float()).abs().max() / ref.float().abs().max()
-        print(f"{t * 1e3:8.1f} us  diff {d.item():.1e}  {var}", flush=True)
-    except Exception as e:
-        print(f"   error {type(e).__name__}: {str(e)[:150]}  {var}", flush=True)
+def call(**var):
+    return fixed_history_attention_wgmma(q, k, v, bt, ctx, qsl, W, s, out, **sc, **var)
+
+
+# NaN in out before each variant: rows a variant leaves unwritten show.
+nan_out = functools.partial(out.fill_, float("nan"))
+for var, t in B.time_variants(call, variants, graph=graph, before=nan_out):
+    if isinstance(t, Exception):
+        print(f"   error {type(t).__name__}: {str(t)[:150]}  {var}", flush=True)
+        continue
+    d = (out.float() - ref.float()).abs().max() / ref.float().abs().max()
+    print(f"{t:8.1f} us  diff {d.item():.1e}  {var}", flush=True)

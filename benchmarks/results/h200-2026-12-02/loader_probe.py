@@ -11,7 +11,6 @@
 # "maxnreg"} variants). Before 2026-12-02c it launched without maxnreg:
 # 255 registers per thread, one program per SM whatever programs_per_sm
 # said, so its 64-row figures (shapes 1-3) were for one program per SM.
-import json
 import sys
 
 sys.path[:0] = ["benchmarks", "src"]
@@ -158,37 +157,28 @@ def loader_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
 
 
 def main():
-    idx, kv = int(sys.argv[1]), sys.argv[2]
-    variants = json.loads(sys.argv[3])
-    graph = sys.argv[4:] == ["graph"]
-    shape = B.SHAPES[idx]
+    shape, inputs, variants, graph = B.probe_args(sys.argv)
+    raw, q, k, v, bt, ctx, qsl, sc = inputs
     R, L, Bq, W, nH, nKV, D = shape
-    raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=idx, kv_dtype=kv)
     big = torch.empty(2**28, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(big)
     t = triton.testing.do_bench(lambda: dst.copy_(big), rep=200, return_mode="median")
     bw = 2 * big.numel() / (t * 1e-3)
     lo, hi, _, _ = B.window_bounds(shape)
     kv_bytes = R * nKV * (hi - lo) * D * 2 * raw.element_size()
+    kv = "bf16" if raw.element_size() == 2 else "fp8"
     print(f"{kv} shape {shape}: floor {kv_bytes / bw * 1e6:.1f} us", flush=True)
     out = torch.empty_like(q)
-    for var in variants:
 
-        def call(var=var):
-            loader_only(q, k, v, bt, ctx, qsl, W, D**-0.5, out, **sc, **var)
+    def call(**var):
+        loader_only(q, k, v, bt, ctx, qsl, W, D**-0.5, out, **sc, **var)
 
-        try:
-            call()
-            torch.cuda.synchronize()
-            t = (
-                B.bench_replayed(call, rep=300) if graph else B.bench(call, rep=300)
-            ) / 1e3
-            gbs = kv_bytes / (t * 1e-3) / 1e12
-            print(
-                f"  loader only {t * 1e3:7.1f} us ({gbs:.2f} TB/s)  {var}", flush=True
-            )
-        except Exception as e:  # noqa: BLE001 (a probe: report, go on)
-            print(f"  error {type(e).__name__}: {str(e)[:200]}  {var}", flush=True)
+    for var, t in B.time_variants(call, variants, graph=graph):
+        if isinstance(t, Exception):
+            print(f"  error {type(t).__name__}: {str(t)[:200]}  {var}", flush=True)
+        else:
+            tbs = kv_bytes / (t * 1e-6) / 1e12
+            print(f"  loader only {t:7.1f} us ({tbs:.2f} TB/s)  {var}", flush=True)
 
 
 if __name__ == "__main__":

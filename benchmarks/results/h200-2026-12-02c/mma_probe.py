@@ -11,7 +11,6 @@
 # (JSON: a list of {"ring", "rows", "programs_per_sm", "split_mma",
 # "overlap", "pingpong", "f16_dots", "maxnreg"} variants; with "graph" each
 # call is timed as a CUDA graph's replays)
-import json
 import sys
 
 sys.path[:0] = ["benchmarks", "src"]
@@ -167,27 +166,22 @@ def mma_only(q, k, v, bt, ctx, qsl, window, scale, out, k_scale=None,
 
 
 def main():
-    idx, kv = int(sys.argv[1]), sys.argv[2]
-    variants = json.loads(sys.argv[3])
-    graph = sys.argv[4:] == ["graph"]
-    shape = B.SHAPES[idx]
+    shape, inputs, variants, graph = B.probe_args(sys.argv)
+    raw, q, k, v, bt, ctx, qsl, sc = inputs
     R, L, Bq, W, nH, nKV, D = shape
-    raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=idx, kv_dtype=kv)
     out = torch.empty_like(q)
     tiles = -(-(min(L, W) + Bq) // 64)
+    kv = "bf16" if raw.element_size() == 2 else "fp8"
     print(f"{kv} shape {shape}: {tiles} key tiles per item", flush=True)
-    for var in variants:
 
-        def call(var=var):
-            mma_only(q, k, v, bt, ctx, qsl, W, D**-0.5, out, **sc, **var)
+    def call(**var):
+        mma_only(q, k, v, bt, ctx, qsl, W, D**-0.5, out, **sc, **var)
 
-        try:
-            call()
-            torch.cuda.synchronize()
-            timer = B.bench_replayed if graph else B.bench
-            print(f"  MMAs and softmax only {timer(call, rep=300):7.1f} us  {var}")
-        except Exception as e:  # noqa: BLE001 (a probe: report, go on)
-            print(f"  error {type(e).__name__}: {str(e)[:200]}  {var}", flush=True)
+    for var, t in B.time_variants(call, variants, graph=graph):
+        if isinstance(t, Exception):
+            print(f"  error {type(t).__name__}: {str(t)[:200]}  {var}", flush=True)
+        else:
+            print(f"  MMAs and softmax only {t:7.1f} us  {var}", flush=True)
 
 
 if __name__ == "__main__":
