@@ -736,6 +736,24 @@ _KERNELS = {
         "tma": True,
         "ring": 4,
     },
+    # Deeper staging in the same shared memory (not in the policy): one ring
+    # buffer and 4 staged tiles at 64 rows; 2 and 6 at 128.
+    "ws-tma-narrow-ring1-raw4": {
+        "warp_specialized": True,
+        "tma": True,
+        "narrow_convert": True,
+        "ring": 1,
+        "raw_slots": 4,
+    },
+    "ws-128rows-split-tma-narrow-ring2-raw6": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "tma": True,
+        "narrow_convert": True,
+        "ring": 2,
+        "raw_slots": 6,
+    },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
@@ -851,6 +869,8 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "ws-128rows-split-tma-ring4",
         "ws-tma-narrow",
         "ws-128rows-split-tma-narrow-ring4",
+        "ws-tma-narrow-ring1-raw4",
+        "ws-128rows-split-tma-narrow-ring2-raw6",
     ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
