@@ -61,6 +61,7 @@ def _compile(
     pingpong=False,
     narrow_convert=False,
     tma=False,
+    swap_ab=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -107,7 +108,7 @@ def _compile(
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
         F16_DOTS=f16,
-        num_warps=4 if split_mma else rows // 16,
+        num_warps=4 if split_mma or swap_ab else rows // 16,
     )
     if kernel_name == "fixed_history_ws_kernel":
         constants.update(
@@ -121,6 +122,7 @@ def _compile(
                 pingpong=pingpong,
                 narrow_convert=narrow_convert,
                 tma=tma,
+                swap_ab=swap_ab,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -267,6 +269,46 @@ def test_tma_stages_whole_fp8_pages_and_the_edge_tiles_with_cp_async(
 
     if triton.__version__.startswith("3.7."):
         assert code.stack_bytes == 0
+
+
+@pytest.mark.parametrize(
+    "kv_dtype,rows,tma",
+    [
+        ("bf16", 32, False),
+        ("bf16", 32, True),
+        ("fp8e4nv", 32, True),
+        ("fp8e4nv", 16, False),
+    ],
+)
+def test_swapped_mmas_compile_without_padding_rows(kv_dtype, rows, tma):
+    # swap_ab: S^T = K Q^T and O^T += V^T P^T, the keys as the MMAs' 64
+    # rows and the tile's 16 or 32 query rows as their columns: per key
+    # tile 8 MMA instructions for S^T (D = 128 in steps of 16) and 2 x 4
+    # for O^T (two 64-row halves of the head dim, 64 keys in steps of 16),
+    # P^T stored for the second one (stmatrix), no spills in the
+    # multiplying warps at 128 registers (two programs per SM).
+    code = _compile(
+        "fixed_history_ws_kernel",
+        *(kv_dtype, 4, 128),
+        maxnreg=128,
+        rows=rows,
+        f16=kv_dtype == "fp8e4nv",
+        narrow_convert=kv_dtype == "fp8e4nv",
+        tma=tma,
+        swap_ab=True,
+    )
+    assert code.count("HGMMA") == 16, code.instructions
+    assert code.count("STSM") > 0, code.instructions
+    assert code.registers <= 128
+    # 32 query rows: exponentials of 64 keys x 32 rows over 128 threads (16
+    # each; 64-row tiles took 32) plus the rescaling factors.
+    if rows == 32:
+        assert 16 <= code.count("MUFU.EX2") < 32, code.instructions
+    import triton
+
+    if triton.__version__.startswith("3.7.") and tma:
+        assert code.stack_bytes == 0
+    assert code.shared_bytes <= 227 * 1024 // 2
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -754,6 +796,24 @@ _KERNELS = {
         "ring": 2,
         "raw_slots": 6,
     },
+    # The MMAs transposed (keys as their rows): 32-row tiles (8 queries x 4
+    # heads, no padding rows), 8- and 16-row ones; cp.async and TMA loaders.
+    "ws-swap-ab": {"warp_specialized": True, "swap_ab": True, "rows": 32},
+    "ws-swap-ab-tma": {
+        "warp_specialized": True,
+        "swap_ab": True,
+        "rows": 32,
+        "tma": True,
+        "narrow_convert": True,
+    },
+    "ws-swap-ab-8rows": {"warp_specialized": True, "swap_ab": True, "rows": 8},
+    "ws-swap-ab-16rows-tma": {
+        "warp_specialized": True,
+        "swap_ab": True,
+        "rows": 16,
+        "tma": True,
+        "narrow_convert": True,
+    },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
@@ -871,6 +931,8 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "ws-128rows-split-tma-narrow-ring4",
         "ws-tma-narrow-ring1-raw4",
         "ws-128rows-split-tma-narrow-ring2-raw6",
+        "ws-swap-ab",
+        "ws-swap-ab-tma",
     ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])

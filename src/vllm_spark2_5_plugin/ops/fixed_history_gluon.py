@@ -1090,6 +1090,114 @@ def _overlapped_tiles(
 
 
 @gluon.jit
+def _issue_scores_t(q_smem, k_buf):
+    """Start ``S^T = K Q^T`` on the tensor cores for one key tile: the keys
+    as the MMA's 64 rows, the tile's query rows as its columns (``SWAP_AB``,
+    no padding rows when the tile has fewer than 64)."""
+    BLOCK_N: gl.constexpr = k_buf.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    s_layout: gl.constexpr = _mma_layout(BLOCK_M, 4)
+    return warpgroup_mma(
+        k_buf,
+        q_smem.permute((1, 0)),
+        gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout),
+        use_acc=False,
+        is_async=True,
+    )
+
+
+@gluon.jit
+def _softmax_weights_t(s, m_i, l_part, key_start, lo, hi, score_scale):
+    """``_softmax_weights`` on transposed scores (keys along axis 0, spread
+    over the 4 warps: the maxima are reduced across them): the weights P^T,
+    the new maxima, the per-thread partial sums ``l_part`` (a tile's shape,
+    reduced once at the end instead of across warps at every tile) and the
+    factor ``alpha`` of the output's columns."""
+    s_layout: gl.constexpr = s.type.layout
+    BLOCK_N: gl.constexpr = s.shape[0]
+    if (key_start + BLOCK_N > hi) | (key_start < lo):
+        keys = key_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        valid = (keys >= lo) & (keys < hi)
+        s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=0) * score_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 0))
+    l_part = l_part * gl.expand_dims(alpha, 0) + p
+    return p, m_new, l_part, alpha
+
+
+@gluon.jit
+def _swapped_tiles(
+    q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles, first, lo, hi,
+    score_scale, NUM_BUF: gl.constexpr, FENCE: gl.constexpr,
+):  # fmt: skip
+    """The key tiles of one pass with the MMAs transposed (``SWAP_AB``, one
+    warpgroup): ``S^T = K Q^T`` with the keys as the MMA's rows and the
+    tile's query rows (8-32) as its columns, the online softmax down the
+    columns, P^T through shared memory ``p_smem`` and ``O^T += V^T P^T``
+    (V^T read from the ring buffer as the MMA's transposed A operand).
+    Returns the partial sums of the weights, ``O^T`` and the ring position."""
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    layout: gl.constexpr = _mma_layout(BLOCK_M, 4)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(0, layout))
+    l_part = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout)
+    acc = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, layout)
+    for t in range(0, n_tiles):
+        buf = it % NUM_BUF
+        _wait_tile(ready, it, NUM_BUF, FENCE)
+        s = _issue_scores_t(q_smem, k_smem.index(buf))
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        p, m_i, l_part, alpha = _softmax_weights_t(
+            s, m_i, l_part, first + t * BLOCK_N, lo, hi, score_scale
+        )
+        # Every warp past the previous tile's P^T V^T (its wait) before any
+        # overwrites P^T, and every warp's part stored before the MMA.
+        gl.barrier()
+        p_smem.store(p.to(p_smem.dtype))
+        fence_async_shared()
+        gl.barrier()
+        acc = acc * gl.expand_dims(alpha, 0)
+        acc = warpgroup_mma(
+            v_smem.index(buf).permute((1, 0)), p_smem, acc, is_async=True
+        )
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(buf), count=1)
+        it += 1
+    return l_part, acc, it
+
+
+@gluon.jit
+def _store_output_t(
+    out_ptr, acc, l_part, v_scale_ptr, q_first, q_base, num_q, kv_head,
+    stride_o_t, stride_o_h, GROUP: gl.constexpr, KV_FP8: gl.constexpr,
+):  # fmt: skip
+    """``_store_output`` of a transposed output ``O^T`` (``SWAP_AB``),
+    normalized and stored from the MMA's layout (two values per store: a
+    conversion back to rows would take shared memory that two programs per
+    SM do not have)."""
+    layout: gl.constexpr = acc.type.layout
+    HEAD_DIM: gl.constexpr = acc.shape[0]
+    BLOCK_M: gl.constexpr = acc.shape[1]
+    result = acc / gl.expand_dims(gl.sum(l_part, axis=0), 0)
+    if KV_FP8:
+        result = result * gl.load(v_scale_ptr)
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, layout))
+    q_idx = q_base + rows // GROUP
+    tok = (q_first + q_idx).to(gl.int64)
+    head = kv_head * GROUP + rows % GROUP
+    ptrs = (
+        out_ptr
+        + gl.expand_dims(tok * stride_o_t + head * stride_o_h, 0)
+        + gl.expand_dims(offs_d, 1)
+    )
+    mask = gl.expand_dims(q_idx < num_q, 0) & gl.expand_dims(offs_d < HEAD_DIM, 1)
+    gl.store(ptrs, result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
 def _ws_mma_partition(
     q_smem, k_smem, v_smem, ready, empty, turn,
     q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
@@ -1100,7 +1208,8 @@ def _ws_mma_partition(
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
-    PINGPONG: gl.constexpr, ALIGN: gl.constexpr,
+    PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
+    p_smem=None,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1109,7 +1218,8 @@ def _ws_mma_partition(
     request, of which these warps take ``BLOCK_Q`` from ``Q_OFFSET`` on (all
     of them, or one half where two partitions share the key tiles; ``ME``:
     which half, for ``PINGPONG``). The key tiles start at a multiple of
-    ``ALIGN`` (a page where TMA copies them)."""
+    ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
+    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
@@ -1126,28 +1236,38 @@ def _ws_mma_partition(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS,
             )  # fmt: skip
-            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
-            if OVERLAP:
-                m_i, l_i, acc, it, k = _overlapped_tiles(
-                    q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc,
-                    it, k, n_tiles, first, lo, hi, score_scale, NUM_BUF,
-                    MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
+            if SWAP_AB:
+                l_part, acc_t, it = _swapped_tiles(
+                    q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles,
+                    first, lo, hi, score_scale, NUM_BUF, FENCE_IN_MMA,
+                )  # fmt: skip
+                _store_output_t(
+                    out_ptr, acc_t, l_part, v_scale_ptr, q_first, q_base, num_q,
+                    kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
             else:
-                for t in range(0, n_tiles):
-                    buf = it % NUM_BUF
-                    _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
-                    s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
-                    m_i, l_i, acc = _finish_tile(
-                        s, v_smem.index(buf), m_i, l_i, acc,
-                        first + t * BLOCK_N, lo, hi, score_scale,
+                m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
+                if OVERLAP:
+                    m_i, l_i, acc, it, k = _overlapped_tiles(
+                        q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i,
+                        acc, it, k, n_tiles, first, lo, hi, score_scale,
+                        NUM_BUF, MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
                     )  # fmt: skip
-                    mbarrier.arrive(empty.index(buf), count=1)
-                    it += 1
-            _store_output(
-                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
-                stride_o_t, stride_o_h, GROUP, KV_FP8,
-            )  # fmt: skip
+                else:
+                    for t in range(0, n_tiles):
+                        buf = it % NUM_BUF
+                        _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
+                        s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+                        m_i, l_i, acc = _finish_tile(
+                            s, v_smem.index(buf), m_i, l_i, acc,
+                            first + t * BLOCK_N, lo, hi, score_scale,
+                        )  # fmt: skip
+                        mbarrier.arrive(empty.index(buf), count=1)
+                        it += 1
+                _store_output(
+                    out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
+                    kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
+                )  # fmt: skip
 
 
 @gluon.jit
@@ -1163,7 +1283,8 @@ def fixed_history_ws_kernel(
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, num_warps: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1172,7 +1293,9 @@ def fixed_history_ws_kernel(
     (``num_warps``: 4 for 64-row tiles, 8 for 128, or 4 per partition with
     ``SPLIT_MMA``). Caches in q's dtype are copied straight into the ring
     (``TMA``: by the tensor memory accelerator through ``k_desc`` and
-    ``v_desc``, descriptors of the caches; else ``None``)."""
+    ``v_desc``, descriptors of the caches; else ``None``). ``SWAP_AB``
+    (one multiplying warpgroup, tiles of 8-32 rows): the MMAs transposed,
+    the keys as their rows (``_swapped_tiles``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -1206,6 +1329,13 @@ def fixed_history_ws_kernel(
         for i in gl.static_range(2):
             mbarrier.init(turn.index(i), count=1)
         mbarrier.arrive(turn.index(0), count=1)
+    # SWAP_AB: the weights P^T of a key tile, the B operand of O^T += V^T P^T.
+    if SWAP_AB:
+        p_smem = gl.allocate_shared_memory(
+            dtype, [BLOCK_N, BLOCK_M], _tile_smem([BLOCK_N, BLOCK_M], dtype)
+        )
+    else:
+        p_smem = q_smem  # unused
     raw_ready = ready  # unused but with TMA and an fp8 cache
     if KV_FP8:
         # The tiles as loaded, before conversion (TMA: 128-byte-swizzled, as
@@ -1288,6 +1418,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
+                        SWAP_AB, p_smem,
                     ),
                 ),
                 (
@@ -1324,6 +1455,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
+    swap_ab=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1339,6 +1471,7 @@ def pipeline_constants(
         PINGPONG=pingpong,
         NARROW_CONVERT=narrow_convert,
         TMA=tma,
+        SWAP_AB=swap_ab,
     )
 
 
@@ -1456,6 +1589,7 @@ def fixed_history_attention_wgmma(
     pingpong=False,
     narrow_convert=False,
     tma=False,
+    swap_ab=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -1497,11 +1631,21 @@ def fixed_history_attention_wgmma(
     multiple of 128): whole pages copied by the tensor memory accelerator,
     128 bytes of the head dim per copy, straight into the ring
     (``_ws_tma_partition``) or into the fp8 staging slots
-    (``_ws_tma_fp8_partition``)."""
+    (``_ws_tma_fp8_partition``). ``swap_ab`` (warp-specialized, ``rows``
+    8, 16 or 32, one multiplying warpgroup, not ``overlap``): the MMAs
+    transposed, the keys as their 64 rows and the tile's query rows as
+    their columns, so that tiles of fewer than 64 rows need no padding
+    rows (``_swapped_tiles``)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    if rows not in (64, 128) or (rows == 128 and not warp_specialized):
+    if swap_ab:
+        if rows not in (8, 16, 32) or not warp_specialized or overlap:
+            raise ValueError(
+                "swap_ab needs warp_specialized=True, rows of 8, 16 or 32 and "
+                f"overlap=False (got rows={rows})"
+            )
+    elif rows not in (64, 128) or (rows == 128 and not warp_specialized):
         raise ValueError(f"rows must be 64 (or 128, warp-specialized), got {rows}")
     if rows % group:
         raise ValueError(f"the query heads per KV head ({group}) must divide {rows}")
@@ -1573,8 +1717,9 @@ def fixed_history_attention_wgmma(
                 pingpong=pingpong,
                 narrow_convert=narrow_convert,
                 tma=tma,
+                swap_ab=swap_ab,
             ),
-            num_warps=4 if split_mma else rows // 16,
+            num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
         )
     else:
