@@ -62,7 +62,6 @@ def _compile(
     narrow_convert=False,
     tma=False,
     swap_ab=False,
-    split_kv=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -124,7 +123,6 @@ def _compile(
                 narrow_convert=narrow_convert,
                 tma=tma,
                 swap_ab=swap_ab,
-                split_kv=split_kv,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -311,41 +309,6 @@ def test_swapped_mmas_compile_without_padding_rows(kv_dtype, rows, tma):
     if triton.__version__.startswith("3.7.") and tma:
         assert code.stack_bytes == 0
     assert code.shared_bytes <= 227 * 1024 // 2
-
-
-@pytest.mark.parametrize(
-    "rows,group,maxnreg,extra",
-    [
-        (64, 4, 128, {"ring": 1, "raw_slots": 4}),
-        (128, 8, 168, {"split_mma": True, "ring": 2, "raw_slots": 6}),
-    ],
-)
-def test_split_kv_hand_over_fits_deeper_staging(rows, group, maxnreg, extra):
-    # split_kv: the fp8 TMA loader converts a tile's K, signals it, then its
-    # V (each half of a ring buffer with its own barriers), so that one ring
-    # buffer leaves room for 4 staged tiles at 64 rows within two programs'
-    # share of the SM (6 at 128 rows with 2 ring buffers): no spills, the
-    # same TMA copies and MMAs as without it.
-    code = _compile(
-        "fixed_history_ws_kernel",
-        *("fp8e4nv", group, 128),
-        maxnreg=maxnreg,
-        rows=rows,
-        f16=True,
-        narrow_convert=True,
-        tma=True,
-        split_kv=True,
-        **extra,
-    )
-    assert code.count("UTMALDG.4D") == 2 * 8, code.instructions
-    assert code.count("HGMMA") > 0 and code.registers <= maxnreg
-    per_sm = 2 if rows == 64 else 1
-    # 228 KiB per SM, 1 KiB of it reserved per program.
-    assert per_sm * (code.shared_bytes + 1024) <= 228 * 1024
-    import triton
-
-    if triton.__version__.startswith("3.7."):
-        assert code.stack_bytes == 0
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -851,27 +814,6 @@ _KERNELS = {
         "tma": True,
         "narrow_convert": True,
     },
-    # fp8 by TMA, K and V handed over separately (each half of a ring
-    # buffer with its own barriers): one ring buffer and 4 staged tiles at
-    # 64 rows, 2 and 6 at 128.
-    "ws-tma-split-kv-ring1-raw4": {
-        "warp_specialized": True,
-        "tma": True,
-        "narrow_convert": True,
-        "split_kv": True,
-        "ring": 1,
-        "raw_slots": 4,
-    },
-    "ws-128rows-split-tma-split-kv-ring2-raw6": {
-        "warp_specialized": True,
-        "rows": 128,
-        "split_mma": True,
-        "tma": True,
-        "narrow_convert": True,
-        "split_kv": True,
-        "ring": 2,
-        "raw_slots": 6,
-    },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
     "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
@@ -920,15 +862,6 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
     _check_against_reference(name, fp8, kernel, f16_dots=f16_dots)
 
 
-def _fp8_only(kernel, fp8):
-    """split_kv: the fp8 TMA loader's option (a cache in q's dtype has no
-    conversion to hand over)."""
-    if fp8 is None and _KERNELS[kernel].get("split_kv"):
-        pytest.skip(
-            "split_kv is for fp8 caches (a bf16 cache is copied, not converted)"
-        )
-
-
 def _check_against_reference(name, fp8, kernel, poison=False, **options):
     """Runs one Gluon kernel variant (``_KERNELS[kernel]`` and ``options``)
     on fresh random inputs of case ``name`` (``poison``: NaN in every cache
@@ -939,7 +872,6 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     )
 
     case = _CASES[name]
-    _fp8_only(kernel, fp8)
     if fp8 is not None and _KERNELS[kernel].get("tma") and case.head_dim % 128:
         pytest.skip("TMA copies fp8 caches at head dims that are multiples of 128")
     seed = _fresh_seed()
@@ -1001,8 +933,6 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "ws-128rows-split-tma-narrow-ring2-raw6",
         "ws-swap-ab",
         "ws-swap-ab-tma",
-        "ws-tma-split-kv-ring1-raw4",
-        "ws-128rows-split-tma-split-kv-ring2-raw6",
     ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])

@@ -246,20 +246,14 @@ def _converted(tile, dtype: gl.constexpr, KV_FP8: gl.constexpr):
 
 
 @gluon.jit
-def _convert_tile(slot, dst, layout: gl.constexpr, KV_FP8: gl.constexpr = True):
-    """A staged K or V tile into an MMA buffer. The caller has waited for
-    the copies."""
-    dst.store(_converted(slot.load(layout), dst.dtype, KV_FP8))
-
-
-@gluon.jit
 def _convert_tiles(
     k_slot, v_slot, k_dst, v_dst, layout: gl.constexpr, KV_FP8: gl.constexpr
 ):
     """A staged K/V tile into MMA buffers. The caller has waited for the
     copies."""
-    _convert_tile(k_slot, k_dst, layout, KV_FP8)
-    _convert_tile(v_slot, v_dst, layout, KV_FP8)
+    dtype: gl.constexpr = k_dst.dtype
+    k_dst.store(_converted(k_slot.load(layout), dtype, KV_FP8))
+    v_dst.store(_converted(v_slot.load(layout), dtype, KV_FP8))
 
 
 @gluon.constexpr_function
@@ -431,28 +425,6 @@ def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale):
 
 
 @gluon.jit
-def _finish_tile_split(
-    s, v_smem, empty, v_ready, v_empty, it, m_i, l_i, acc, key_start, lo, hi,
-    score_scale, NUM_BUF: gl.constexpr, FENCE: gl.constexpr,
-):  # fmt: skip
-    """``_finish_tile`` with K and V handed over separately (``SPLIT_KV``):
-    ring buffer ``it % NUM_BUF``'s K released as soon as the scores are
-    done, its V awaited only before ``P V`` and released after it."""
-    buf = it % NUM_BUF
-    v_buf = v_smem.index(buf)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    mbarrier.arrive(empty.index(buf), count=1)
-    p_op, m_i, l_i, acc = _softmax_step(
-        s, m_i, l_i, acc, key_start, lo, hi, score_scale, v_buf.dtype
-    )
-    _wait_tile(v_ready, it, NUM_BUF, FENCE)
-    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    mbarrier.arrive(v_empty.index(buf), count=1)
-    return m_i, l_i, acc
-
-
-@gluon.jit
 def _softmax_init(
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -585,7 +557,7 @@ def _ws_load_partition(
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
-    TMA: gl.constexpr, SPLIT_KV: gl.constexpr = False, v_ready=None, v_empty=None,
+    TMA: gl.constexpr,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -600,8 +572,7 @@ def _ws_load_partition(
     copies awaited), so that the converted stores are one wavefront each.
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
-    the caches' descriptors ``k_desc``/``v_desc``; with ``SPLIT_KV`` it
-    hands over K and V separately (``v_ready``/``v_empty``)."""
+    the caches' descriptors ``k_desc``/``v_desc``."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
             k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
@@ -609,7 +580,7 @@ def _ws_load_partition(
             query_start_loc_ptr, window, num_reqs, stride_k_blk, stride_k_slot,
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, SPLIT_KV, v_ready, v_empty,
+            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -966,7 +937,6 @@ def _ws_tma_fp8_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
-    SPLIT_KV: gl.constexpr = False, v_ready=None, v_empty=None,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -974,12 +944,7 @@ def _ws_tma_fp8_partition(
     barrier ``raw_ready`` completing as each lands; then, as without TMA,
     read back (``NARROW``: 8 values per thread), converted and stored into
     ring buffer ``it % NUM_BUF`` once it is free, fenced and signalled.
-    ``r``, the raw tiles staged so far, gives each slot's phase.
-    ``SPLIT_KV``: K and V handed over separately: K converted once the MMAs
-    are done with the buffer's K (``empty``) and signalled on ``ready``, V
-    once they are done with its V (``v_empty``) and signalled on
-    ``v_ready``; so that with one ring buffer the next tile's K is
-    converted while the MMAs still use this tile's V."""
+    ``r``, the raw tiles staged so far, gives each slot's phase."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
     it = 0
@@ -1015,29 +980,16 @@ def _ws_tma_fp8_partition(
                 # Ring buffer free once the MMAs on its previous tile have
                 # completed (in the first round parity 1, which precedes a
                 # new barrier's phase).
-                free_phase = ((it // NUM_BUF) & 1) ^ 1
-                mbarrier.wait(empty.index(buf), free_phase)
-                if SPLIT_KV:
-                    _convert_tile(k_raw.index(slot), k_smem.index(buf), cvt_layout)
-                    fence_async_shared()
-                    gl.barrier()
-                    mbarrier.arrive(ready.index(buf), count=1)
-                    mbarrier.wait(v_empty.index(buf), free_phase)
-                    _convert_tile(v_raw.index(slot), v_smem.index(buf), cvt_layout)
-                    fence_async_shared()
-                    gl.barrier()
-                    mbarrier.arrive(v_ready.index(buf), count=1)
-                else:
-                    _convert_tiles(
-                        k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
-                        v_smem.index(buf), cvt_layout, True,
-                    )  # fmt: skip
-                    # Every loading thread's stores visible to the MMAs' proxy
-                    # and its reads of the slot done before TMA writes it
-                    # again.
-                    fence_async_shared()
-                    gl.barrier()
-                    mbarrier.arrive(ready.index(buf), count=1)
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                _convert_tiles(
+                    k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
+                    v_smem.index(buf), cvt_layout, True,
+                )  # fmt: skip
+                # Every loading thread's stores visible to the MMAs' proxy and
+                # its reads of the slot done before TMA writes it again.
+                fence_async_shared()
+                gl.barrier()
+                mbarrier.arrive(ready.index(buf), count=1)
                 if t + NUM_RAW < n_tiles:
                     _stage_tile(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
@@ -1257,7 +1209,7 @@ def _ws_mma_partition(
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
-    p_smem=None, SPLIT_KV: gl.constexpr = False, v_ready=None, v_empty=None,
+    p_smem=None,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1267,10 +1219,7 @@ def _ws_mma_partition(
     of them, or one half where two partitions share the key tiles; ``ME``:
     which half, for ``PINGPONG``). The key tiles start at a multiple of
     ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
-    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``).
-    ``SPLIT_KV`` (not with ``OVERLAP``): each buffer's K released once
-    ``S`` is done, its V awaited (``v_ready``) only before ``P V`` and
-    released (``v_empty``) after it."""
+    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
@@ -1309,18 +1258,11 @@ def _ws_mma_partition(
                         buf = it % NUM_BUF
                         _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
                         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
-                        if SPLIT_KV:
-                            m_i, l_i, acc = _finish_tile_split(
-                                s, v_smem, empty, v_ready, v_empty, it, m_i,
-                                l_i, acc, first + t * BLOCK_N, lo, hi,
-                                score_scale, NUM_BUF, FENCE_IN_MMA,
-                            )  # fmt: skip
-                        else:
-                            m_i, l_i, acc = _finish_tile(
-                                s, v_smem.index(buf), m_i, l_i, acc,
-                                first + t * BLOCK_N, lo, hi, score_scale,
-                            )  # fmt: skip
-                            mbarrier.arrive(empty.index(buf), count=1)
+                        m_i, l_i, acc = _finish_tile(
+                            s, v_smem.index(buf), m_i, l_i, acc,
+                            first + t * BLOCK_N, lo, hi, score_scale,
+                        )  # fmt: skip
+                        mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
@@ -1342,7 +1284,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    SPLIT_KV: gl.constexpr, num_warps: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1353,9 +1295,7 @@ def fixed_history_ws_kernel(
     (``TMA``: by the tensor memory accelerator through ``k_desc`` and
     ``v_desc``, descriptors of the caches; else ``None``). ``SWAP_AB``
     (one multiplying warpgroup, tiles of 8-32 rows): the MMAs transposed,
-    the keys as their rows (``_swapped_tiles``). ``SPLIT_KV`` (TMA, fp8
-    cache): K and V of a ring buffer handed over separately, each with its
-    own barriers (``_finish_tile_split``)."""
+    the keys as their rows (``_swapped_tiles``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -1383,21 +1323,6 @@ def fixed_history_ws_kernel(
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=PARTS)
-    # SPLIT_KV: the V halves of the ring buffers get their own barriers
-    # (ready/empty then stand for the K halves).
-    if SPLIT_KV:
-        v_ready = gl.allocate_shared_memory(
-            gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout()
-        )
-        v_empty = gl.allocate_shared_memory(
-            gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout()
-        )
-        for i in gl.static_range(NUM_BUF):
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(v_empty.index(i), count=PARTS)
-    else:
-        v_ready = ready  # unused
-        v_empty = empty
     # PINGPONG: whose turn it is to issue MMAs (partition 0 first).
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     if PINGPONG:
@@ -1448,8 +1373,7 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, SPLIT_KV, v_ready, v_empty,
+                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN,
                     ),
                 ),
                 (
@@ -1461,8 +1385,7 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, SPLIT_KV, v_ready, v_empty,
+                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN,
                     ),
                 ),
                 (
@@ -1475,8 +1398,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
-                        FENCE_IN_MMA, NARROW_CONVERT, TMA, SPLIT_KV, v_ready,
-                        v_empty,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
                     ),
                 ),
             ],
@@ -1496,7 +1418,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem, SPLIT_KV, v_ready, v_empty,
+                        SWAP_AB, p_smem,
                     ),
                 ),
                 (
@@ -1509,8 +1431,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
-                        FENCE_IN_MMA, NARROW_CONVERT, TMA, SPLIT_KV, v_ready,
-                        v_empty,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
                     ),
                 ),
             ],
@@ -1534,7 +1455,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, split_kv=False,
+    swap_ab=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1551,7 +1472,6 @@ def pipeline_constants(
         NARROW_CONVERT=narrow_convert,
         TMA=tma,
         SWAP_AB=swap_ab,
-        SPLIT_KV=split_kv,
     )
 
 
@@ -1670,7 +1590,6 @@ def fixed_history_attention_wgmma(
     narrow_convert=False,
     tma=False,
     swap_ab=False,
-    split_kv=False,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -1716,11 +1635,7 @@ def fixed_history_attention_wgmma(
     8, 16 or 32, one multiplying warpgroup, not ``overlap``): the MMAs
     transposed, the keys as their 64 rows and the tile's query rows as
     their columns, so that tiles of fewer than 64 rows need no padding
-    rows (``_swapped_tiles``). ``split_kv`` (``tma`` with an fp8 cache, not
-    ``overlap`` nor ``swap_ab``): the loader hands over each tile's K and V
-    separately, so that one ring buffer (``ring=1``) still lets it convert
-    the next K while the MMAs use this V, and leaves the shared memory to
-    staged tiles."""
+    rows (``_swapped_tiles``)."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -1748,12 +1663,6 @@ def fixed_history_attention_wgmma(
             "tma needs warp_specialized=True, a cache in q's dtype (head dim a "
             "multiple of 64) or in fp8 (head dim a multiple of 128) and pages "
             "that divide block_n"
-        )
-    if split_kv and (
-        not tma or k_cache.dtype != torch.float8_e4m3fn or overlap or swap_ab
-    ):
-        raise ValueError(
-            "split_kv needs tma=True with an fp8 cache, and neither overlap nor swap_ab"
         )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
@@ -1809,7 +1718,6 @@ def fixed_history_attention_wgmma(
                 narrow_convert=narrow_convert,
                 tma=tma,
                 swap_ab=swap_ab,
-                split_kv=split_kv,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
