@@ -38,7 +38,9 @@ shape are printed next to each other. It then times:
               written) measured in the same run.
 
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before every
-iteration, median). Each baseline's output is checked against the kernel's.
+iteration by zeroing a 256 MB buffer, median); ``--flush clean`` reads the
+buffer instead, so that the timed call has no dirty lines to write back
+(``FLUSH``). Each baseline's output is checked against the kernel's.
 Goals: every row at most 1.35x its own read floor (fp8 rows: the fp8 floor);
 bf16 rows also at least 10x gather+SDPA, judged only when SDPA ran (not with
 ``--kernel-only``). Only the public API of
@@ -68,6 +70,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -154,6 +157,17 @@ def kernels_from(module):
             setattr(launch, n, kernel)
 
 
+#: How the L2 cache is emptied before each timed call: "zero" (do_bench's
+#: own: a 256 MB buffer zeroed, which leaves the L2 full of dirty lines that
+#: the timed kernel then writes back to memory while it reads: up to ~50 MB
+#: of extra traffic, which lengthens a short memory-bound kernel) or "clean"
+#: (the same buffer read instead: the timed kernel finds a cold L2 of clean
+#: lines). ``--flush`` or SPARK2_5_BENCH_FLUSH; "zero" is what every figure
+#: before 2026-12-02 (fourteenth session) used.
+FLUSH = os.environ.get("SPARK2_5_BENCH_FLUSH", "zero")
+_FLUSH_BYTES = 256 * 1024**2
+
+
 def bench(fn, rep=200):
     if DEVICE != "cuda":  # --smoke on a machine without a GPU: run once
         import time
@@ -161,7 +175,48 @@ def bench(fn, rep=200):
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e6
+    if FLUSH == "clean":
+        return _bench_clean_flush(fn, rep)
     return do_bench(fn, warmup=50, rep=rep, return_mode="median") * 1e3  # us
+
+
+@functools.cache
+def _flush_buffer():
+    return torch.ones(_FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
+
+
+def _bench_clean_flush(fn, rep_ms):
+    """Median microseconds of ``fn`` as ``do_bench`` times it (CUDA events
+    around each call, about ``rep_ms`` of calls after warm-up), the L2 cache
+    emptied before each call by reading a 256 MB buffer, so that no dirty
+    lines are left for the timed call to write back."""
+    buf = _flush_buffer()
+    start, end = (
+        torch.cuda.Event(enable_timing=True),
+        torch.cuda.Event(enable_timing=True),
+    )
+    fn()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(5):
+        buf.sum()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    per_call = max(start.elapsed_time(end) / 5, 1e-3)  # ms, flush included
+    n_warm, n_rep = max(1, int(25 / per_call)), max(1, int(rep_ms / per_call))
+    for _ in range(n_warm):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for i in range(n_rep):
+        buf.sum()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in zip(starts, ends, strict=True))
+    return times[len(times) // 2] * 1e3  # us
 
 
 def bench_replayed(fn, rep=200):
@@ -889,6 +944,15 @@ def parse_args(argv=None):
         help="block placement: a seeded permutation of all blocks (default) or "
         "each request's blocks in order",
     )
+    ap.add_argument(
+        "--flush",
+        choices=("zero", "clean"),
+        default=FLUSH,
+        help="how the L2 cache is emptied before each timed call: zero a 256 MB "
+        "buffer (do_bench's way; the timed call writes its dirty lines back) or "
+        "read one (a cold L2 of clean lines); default zero, or "
+        "SPARK2_5_BENCH_FLUSH",
+    )
     ap.add_argument("--md", default=None, help="write the markdown table here")
     ap.add_argument(
         "--smoke",
@@ -901,8 +965,8 @@ def parse_args(argv=None):
 
 def main():
     args = parse_args()
-    global SHAPES, DTYPE, LAYOUT, PAGES, BASELINE
-    LAYOUT, PAGES = args.layout, args.pages
+    global SHAPES, DTYPE, LAYOUT, PAGES, BASELINE, FLUSH
+    LAYOUT, PAGES, FLUSH = args.layout, args.pages, args.flush
     if args.baseline_kernel:
         BASELINE = load_kernels(args.baseline_kernel)
     if args.smoke:
@@ -949,8 +1013,8 @@ def main():
         f"caches {', '.join(map(kv_dtype_name, kv_dtypes))} (fp8: e4m3, k_scale "
         f"{K_SCALE}, v_scale {V_SCALE} as device tensors); block size {PAGE}, "
         f"{PAGES} blocks, KV layout {LAYOUT.upper()}; times are medians in "
-        "microseconds; the floor reads the K/V window once at the cache's bytes "
-        "per element.",
+        f"microseconds (L2 emptied before each call: {FLUSH}); the floor reads "
+        "the K/V window once at the cache's bytes per element.",
         "",
         "| shape (R, L, B, W, nH/nKV/D) | KV dtype | kernel us | kernel (CUDA "
         "graph) us | gather+SDPA us | gather+Flex us | floor us | kernel/floor | "

@@ -76,3 +76,14 @@ def test_try_skips_plans_the_kernel_refuses():
     run = _smoke("--sweep", "--kv-dtypes", "bf16", "--try", '{"block_n": 8}')
     assert run.returncode == 0, run.stderr[-3000:]
     assert not _TRIED.findall(run.stdout)
+
+
+def test_flush_choice_is_recorded_with_the_table(tmp_path):
+    # --flush clean: the L2 emptied by reading a buffer instead of zeroing
+    # one (on a GPU; without one each call runs once): the table says which.
+    table = tmp_path / "table.md"
+    run = _smoke("--kv-dtypes", "bf16", "--flush", "clean", "--md", str(table))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "L2 emptied before each call: clean" in table.read_text()
+    refused = _smoke("--flush", "wipe")
+    assert refused.returncode == 2 and "--flush" in refused.stderr
