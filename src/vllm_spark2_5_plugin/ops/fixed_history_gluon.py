@@ -43,7 +43,10 @@ key split (no partial results):
   (``FENCE_IN_MMA``); its fp8 loader reads staged tiles back 8 values per
   thread (``NARROW_CONVERT``).
   ``OVERLAP`` and ``PINGPONG`` (not in the policy) compute the softmax of
-  tile t while ``P V`` of tile t - 1 runs, and take turns at the MMAs.
+  tile t while ``P V`` of tile t - 1 runs, and take turns at the MMAs;
+  ``SWAP_AB`` (not in the policy: slower at every shape measured on the
+  H200, 2026-12-02) transposes the MMAs so that tiles of 8-32 query rows
+  carry no padding rows.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
