@@ -11,6 +11,9 @@
 # "maxnreg"} variants). Before 2026-12-02c it launched without maxnreg:
 # 255 registers per thread, one program per SM whatever programs_per_sm
 # said, so its 64-row figures (shapes 1-3) were for one program per SM.
+# Its ring defaults to 4 buffers (rows to 128): at 64 rows pass "ring": 2
+# for the launch's depth; with 4, a program's shared memory (160 KB with an
+# fp8 cache, 128 KB with bf16) leaves no room for a second (2026-12-02d).
 import sys
 
 sys.path[:0] = ["benchmarks", "src"]
