@@ -400,18 +400,24 @@ def _load_q(
 
 
 @gluon.jit
-def _issue_scores(q_smem, k_buf, num_warps: gl.constexpr):
-    """Start ``S = Q K^T`` on the tensor cores for one key tile."""
+def _issue_scores(
+    q_smem, k_buf, num_warps: gl.constexpr, SWAP_AB: gl.constexpr = False
+):
+    """Start ``S = Q K^T`` on the tensor cores for one key tile; ``SWAP_AB``
+    (one warpgroup): ``S^T = K Q^T``, the keys as the MMA's 64 rows and the
+    tile's query rows as its columns (no padding rows when it has fewer
+    than 64)."""
     BLOCK_N: gl.constexpr = k_buf.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[0]
-    s_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
-    return warpgroup_mma(
-        q_smem,
-        k_buf.permute((1, 0)),
-        gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-        use_acc=False,
-        is_async=True,
-    )
+    if SWAP_AB:
+        a = k_buf
+        b = q_smem.permute((1, 0))
+        s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, _mma_layout(BLOCK_M, num_warps))
+    else:
+        a = q_smem
+        b = k_buf.permute((1, 0))
+        s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, _mma_layout(BLOCK_N, num_warps))
+    return warpgroup_mma(a, b, s, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -1093,23 +1099,6 @@ def _overlapped_tiles(
 
 
 @gluon.jit
-def _issue_scores_t(q_smem, k_buf):
-    """Start ``S^T = K Q^T`` on the tensor cores for one key tile: the keys
-    as the MMA's 64 rows, the tile's query rows as its columns (``SWAP_AB``,
-    no padding rows when the tile has fewer than 64)."""
-    BLOCK_N: gl.constexpr = k_buf.shape[0]
-    BLOCK_M: gl.constexpr = q_smem.shape[0]
-    s_layout: gl.constexpr = _mma_layout(BLOCK_M, 4)
-    return warpgroup_mma(
-        k_buf,
-        q_smem.permute((1, 0)),
-        gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout),
-        use_acc=False,
-        is_async=True,
-    )
-
-
-@gluon.jit
 def _softmax_weights_t(s, m_i, l_part, key_start, lo, hi, score_scale):
     """``_softmax_weights`` on transposed scores (keys along axis 0, spread
     over the 4 warps: the maxima are reduced across them): the weights P^T,
@@ -1150,7 +1139,7 @@ def _swapped_tiles(
     for t in range(0, n_tiles):
         buf = it % NUM_BUF
         _wait_tile(ready, it, NUM_BUF, FENCE)
-        s = _issue_scores_t(q_smem, k_smem.index(buf))
+        s = _issue_scores(q_smem, k_smem.index(buf), 4, True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, m_i, l_part, alpha = _softmax_weights_t(
             s, m_i, l_part, first + t * BLOCK_N, lo, hi, score_scale
