@@ -328,6 +328,22 @@ def _softmax_step(
 
 
 @gluon.jit
+def _mask_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr):
+    """The scores ``s`` of keys ``key_start ..`` (along ``KEY_AXIS``) with
+    those outside ``lo .. hi - 1`` set to -inf. Only the last tile has keys
+    to mask, and the first where the tiles start at a page boundary before
+    lo."""
+    BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
+    if (key_start + BLOCK_N > hi) | (key_start < lo):
+        keys = key_start + gl.arange(
+            0, BLOCK_N, layout=gl.SliceLayout(1 - KEY_AXIS, s.type.layout)
+        )
+        valid = (keys >= lo) & (keys < hi)
+        s = gl.where(gl.expand_dims(valid, 1 - KEY_AXIS), s, float("-inf"))
+    return s
+
+
+@gluon.jit
 def _softmax_weights(
     s, m_i, l_i, key_start, lo, hi, score_scale, dtype: gl.constexpr,
     o_layout: gl.constexpr,
@@ -335,14 +351,7 @@ def _softmax_weights(
     """``_softmax_step`` without touching the output: the weights P, the new
     row maxima and sums, and the factor ``alpha`` (in the rows of
     ``o_layout``) that the output takes before ``P V`` is added."""
-    s_layout: gl.constexpr = s.type.layout
-    BLOCK_N: gl.constexpr = s.shape[1]
-    # Only the last tile has keys to mask, and the first where the tiles
-    # start at a page boundary before lo.
-    if (key_start + BLOCK_N > hi) | (key_start < lo):
-        keys = key_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        valid = (keys >= lo) & (keys < hi)
-        s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
+    s = _mask_keys(s, key_start, lo, hi, 1)
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
@@ -1105,12 +1114,7 @@ def _softmax_weights_t(s, m_i, l_part, key_start, lo, hi, score_scale):
     the new maxima, the per-thread partial sums ``l_part`` (a tile's shape,
     reduced once at the end instead of across warps at every tile) and the
     factor ``alpha`` of the output's columns."""
-    s_layout: gl.constexpr = s.type.layout
-    BLOCK_N: gl.constexpr = s.shape[0]
-    if (key_start + BLOCK_N > hi) | (key_start < lo):
-        keys = key_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
-        valid = (keys >= lo) & (keys < hi)
-        s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
+    s = _mask_keys(s, key_start, lo, hi, 0)
     m_new = gl.maximum(m_i, gl.max(s, axis=0) * score_scale)
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 0))
