@@ -62,6 +62,7 @@ def _compile(
     narrow_convert=False,
     tma=False,
     swap_ab=False,
+    wait_stats=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -98,6 +99,10 @@ def _compile(
         signature.update(k_desc=desc, v_desc=desc)
         if not tma:
             constants.update(k_desc=None, v_desc=None)
+        # The wait statistics' buffer (wait_stats), else None.
+        signature.update(stats_ptr="*i64" if wait_stats else "constexpr")
+        if not wait_stats:
+            constants.update(stats_ptr=None)
     constants.update(
         NUM_KV_HEADS=8,
         GROUP=group,
@@ -309,6 +314,23 @@ def test_swapped_mmas_compile_without_padding_rows(kv_dtype, rows, tma):
     if triton.__version__.startswith("3.7.") and tma:
         assert code.stack_bytes == 0
     assert code.shared_bytes <= 227 * 1024 // 2
+
+
+@pytest.mark.parametrize("kv_dtype,f16", [("fp8e4nv", True), ("bf16", False)])
+def test_wait_statistics_compile_into_the_launch_kernel(kv_dtype, f16):
+    # wait_stats: clock reads around the TMA loaders' and the multiplying
+    # loop's barrier waits, and 3 x 4 stores per program at the end; the
+    # launch's 64-row kernel still fits 128 registers (fp8: a few bytes of
+    # stack with them, none without).
+    options = dict(maxnreg=128, f16=f16, narrow_convert=f16, tma=True)
+    plain = _compile("fixed_history_ws_kernel", kv_dtype, 4, 128, **options)
+    timed = _compile(
+        "fixed_history_ws_kernel", kv_dtype, 4, 128, wait_stats=True, **options
+    )
+    assert timed.registers <= 128 and timed.stack_bytes <= 16
+    stores = ("STG.E", "STG.E.64")
+    assert sum(map(timed.count, stores)) >= sum(map(plain.count, stores)) + 12
+    assert timed.count("HGMMA") == plain.count("HGMMA")
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -942,3 +964,56 @@ def test_gluon_kernel_ignores_cache_slots_outside_the_window(name, fp8, kernel):
     # before a window in its first page, past a request's end in its last
     # page, and every page no request uses.
     _check_against_reference(name, fp8, kernel, poison=True)
+
+
+@_sm90
+@pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("rows", [64, 128])
+def test_wait_statistics_count_every_tile(rows, fp8):
+    # wait_stats on the launch's TMA configurations: per program the
+    # multiplying partitions and the loader handle the same tiles, all of
+    # them together are the batch's key tiles, and no wait outlasts its
+    # partition; the output still matches the reference.
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import sm_count
+
+    case = _CASES["gqa4"] if rows == 64 else _CASES["gqa8"]
+    group = case.num_heads // case.num_kv_heads
+    q, k, v, bt, ctx, qsl = _make_inputs(
+        case, dtype=torch.bfloat16, device="cuda", seed=_fresh_seed(), fp8_scales=fp8
+    )
+    scales = {}
+    if fp8 is not None:
+        scales = {
+            name: torch.tensor(x, dtype=torch.float32, device="cuda")
+            for name, x in zip(("k_scale", "v_scale"), fp8, strict=True)
+        }
+    items = len(case.ctx_lens) * case.num_kv_heads
+    programs = min(items, (2 if rows == 64 else 1) * sm_count(q.device))
+    stats = torch.full((programs, 3, 4), -1, dtype=torch.int64, device="cuda")
+    out = fixed_history_attention_wgmma(
+        q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5,
+        **scales, warp_specialized=True, rows=rows, wait_stats=stats,
+        **_gluon_pipeline(rows, kv_fp8=fp8 is not None, tma=True),
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5, fp8)
+    _assert_close(out, ref, torch.bfloat16, sum(case.q_lens), f"wait_stats {rows}")
+    block_q, page = rows // group, case.page_size
+    expected = 0
+    for ctx_len, num_q in zip(case.ctx_lens, case.q_lens, strict=True):
+        lo = max(ctx_len - case.window, 0)
+        first = lo - lo % page
+        tiles = -(-(ctx_len + num_q - first) // 64)
+        expected += case.num_kv_heads * -(-num_q // block_q) * tiles
+    stats = stats.cpu()
+    loader, mma = stats[:, 2], stats[:, : 2 if rows == 128 else 1]
+    assert int(loader[:, 3].sum()) == expected
+    for part in range(mma.shape[1]):
+        assert torch.equal(mma[:, part, 3], loader[:, 3])
+    parts = [*range(mma.shape[1]), 2]
+    for row in stats[:, parts].reshape(-1, 4):
+        if row[3] > 0:
+            assert 0 <= row[0] <= row[2] and 0 <= row[1] <= row[2], row

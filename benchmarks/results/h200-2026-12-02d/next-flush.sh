@@ -20,3 +20,10 @@ for cc in none base; do
     --launch-count 1 --section SpeedOfLight python3 $S 3 bf16 "$T" > $OUT/ncu-$cc.txt 2>&1
   grep -E "SM Frequency|Duration" $OUT/ncu-$cc.txt
 done
+# Then who waits for whom (wait_probe.py: clock64 around the barrier
+# waits) at the launch's choices: fp8 shapes 1, 3, 4 and bf16 shape 4.
+P=benchmarks/results/h200-2026-12-02d/wait_probe.py
+W='{"warp_specialized":true,"f16_dots":true,"narrow_convert":true,"tma":true'
+for i in 0 2; do timeout 60 python3 $P $i fp8 "[$W}]"; done
+timeout 60 python3 $P 3 fp8 "[$W,\"rows\":128,\"split_mma\":true,\"ring\":4}]"
+timeout 60 python3 $P 3 bf16 '[{"warp_specialized":true,"tma":true,"rows":128,"split_mma":true,"ring":4}]'

@@ -575,7 +575,7 @@ def _ws_load_partition(
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
-    TMA: gl.constexpr,
+    TMA: gl.constexpr, stats_ptr=None,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -590,7 +590,8 @@ def _ws_load_partition(
     copies awaited), so that the converted stores are one wavefront each.
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
-    the caches' descriptors ``k_desc``/``v_desc``."""
+    the caches' descriptors ``k_desc``/``v_desc``; those two record their
+    waits in ``stats_ptr`` (not ``None``)."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
             k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
@@ -598,7 +599,7 @@ def _ws_load_partition(
             query_start_loc_ptr, window, num_reqs, stride_k_blk, stride_k_slot,
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW,
+            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -606,7 +607,7 @@ def _ws_load_partition(
             block_table_ptr, context_lens_ptr, query_start_loc_ptr, window,
             num_reqs, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
             stride_v_slot, stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
-            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW, NUM_BUF, stats_ptr,
         )  # fmt: skip
     elif not KV_FP8:
         _ws_copy_partition(
@@ -906,7 +907,7 @@ def _ws_tma_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    NUM_BUF: gl.constexpr,
+    NUM_BUF: gl.constexpr, stats_ptr=None,
 ):  # fmt: skip
     """The loading warpgroup with TMA (caches in q's dtype): the key tiles
     of an item start at a page boundary, and each is copied into ring
@@ -916,8 +917,12 @@ def _ws_tma_partition(
     completing when the tile has landed. The multiplying warps fence every
     tile after waiting (the ``cp.async`` copies are not in TMA's proxy).
     The page ids are read at each copy (loading them a tile ahead, as the
-    fp8 loader does, was 0.7-0.9% slower at shapes 3 and 4 on the H200)."""
+    fp8 loader does, was 0.7-0.9% slower at shapes 3 and 4 on the H200).
+    ``stats_ptr``: see ``_store_stats`` (its waits for free buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, False, 4)
+    STATS: gl.constexpr = stats_ptr is not None
+    started = _clock() if STATS else 0
+    waited = _clock() * 0 if STATS else 0
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -933,7 +938,9 @@ def _ws_tma_partition(
                 buf = it % NUM_BUF
                 # Free once the MMAs on its previous tile completed (in the
                 # first round parity 1, which precedes a new barrier's phase).
-                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                waited = _timed_wait(
+                    empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, waited, STATS
+                )
                 _stage_tile(
                     k_desc, v_desc, k_smem.index(buf), v_smem.index(buf),
                     ready.index(buf), bt_row, None, k_head, v_head, kv_head,
@@ -943,6 +950,8 @@ def _ws_tma_partition(
                 )  # fmt: skip
                 it += 1
     async_copy.wait_group(0)
+    if STATS:
+        _store_stats(stats_ptr, 2, waited * 0, waited, started, it)
 
 
 @gluon.jit
@@ -955,6 +964,7 @@ def _ws_tma_fp8_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
+    stats_ptr=None,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -962,9 +972,15 @@ def _ws_tma_fp8_partition(
     barrier ``raw_ready`` completing as each lands; then, as without TMA,
     read back (``NARROW``: 8 values per thread), converted and stored into
     ring buffer ``it % NUM_BUF`` once it is free, fenced and signalled.
-    ``r``, the raw tiles staged so far, gives each slot's phase."""
+    ``r``, the raw tiles staged so far, gives each slot's phase.
+    ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
+    for free ring buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
+    STATS: gl.constexpr = stats_ptr is not None
+    started = _clock() if STATS else 0
+    landed = _clock() * 0 if STATS else 0
+    freed = _clock() * 0 if STATS else 0
     it = 0
     r = 0
     num_items = num_reqs * NUM_KV_HEADS
@@ -994,11 +1010,15 @@ def _ws_tma_fp8_partition(
             for t in range(0, n_tiles):
                 slot = (r + t) % NUM_RAW
                 buf = it % NUM_BUF
-                mbarrier.wait(raw_ready.index(slot), ((r + t) // NUM_RAW) & 1)
+                landed = _timed_wait(
+                    raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed, STATS
+                )
                 # Ring buffer free once the MMAs on its previous tile have
                 # completed (in the first round parity 1, which precedes a
                 # new barrier's phase).
-                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                freed = _timed_wait(
+                    empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
+                )
                 _convert_tiles(
                     k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
                     v_smem.index(buf), cvt_layout, True,
@@ -1023,16 +1043,57 @@ def _ws_tma_fp8_partition(
                 it += 1
             r += n_tiles
     async_copy.wait_group(0)
+    if STATS:
+        _store_stats(stats_ptr, 2, landed, freed, started, it)
 
 
 @gluon.jit
-def _wait_tile(ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr):
+def _clock():
+    """The SM's cycle counter (``%clock64``; for the wait statistics)."""
+    return gl.inline_asm_elementwise(
+        "mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _timed_wait(bar, phase, waited, STATS: gl.constexpr):
+    """``mbarrier.wait``; returns ``waited`` plus, with ``STATS``, the cycles
+    the wait took."""
+    if STATS:
+        t0 = _clock()
+        mbarrier.wait(bar, phase)
+        waited += _clock() - t0
+    else:
+        mbarrier.wait(bar, phase)
+    return waited
+
+
+@gluon.jit
+def _store_stats(stats_ptr, part: gl.constexpr, wait_a, wait_b, started, tiles):
+    """One partition's wait statistics (``wait_stats`` of the launch):
+    cycles waited at its two kinds of barrier, cycles from its start to
+    here, tiles handled; row ``part`` (0-1 multiplying, 2 loading) of the
+    program's block of 3 rows of 4."""
+    row = stats_ptr + (gl.program_id(0) * 3 + part) * 4
+    gl.store(row, wait_a)
+    gl.store(row + 1, wait_b)
+    gl.store(row + 2, _clock() - started)
+    gl.store(row + 3, tiles.to(gl.int64))
+
+
+@gluon.jit
+def _wait_tile(
+    ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr, waited=0,
+    STATS: gl.constexpr = False,
+):  # fmt: skip
     """Wait until ring buffer ``it % NUM_BUF`` holds tile ``it``; ``FENCE``
     where the loader signalled with its copies' own arrivals and did not
-    fence them for the MMAs (``FENCE_IN_MMA``)."""
-    mbarrier.wait(ready.index(it % NUM_BUF), (it // NUM_BUF) & 1)
+    fence them for the MMAs (``FENCE_IN_MMA``). Returns ``waited`` plus the
+    cycles waited (``STATS``)."""
+    waited = _timed_wait(ready.index(it % NUM_BUF), (it // NUM_BUF) & 1, waited, STATS)
     if FENCE:
         fence_async_shared()
+    return waited
 
 
 @gluon.jit
@@ -1205,7 +1266,7 @@ def _ws_mma_partition(
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
-    p_smem=None,
+    p_smem=None, stats_ptr=None,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1215,8 +1276,14 @@ def _ws_mma_partition(
     of them, or one half where two partitions share the key tiles; ``ME``:
     which half, for ``PINGPONG``). The key tiles start at a multiple of
     ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
-    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``)."""
+    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``).
+    ``stats_ptr`` (not ``None``): the cycles its waits for tiles took, in
+    the default loop (``_store_stats``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
+    STATS: gl.constexpr = stats_ptr is not None
+    started = _clock() if STATS else 0
+    waited = _clock() * 0 if STATS else 0
+    tiles = 0
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
@@ -1252,7 +1319,9 @@ def _ws_mma_partition(
                 else:
                     for t in range(0, n_tiles):
                         buf = it % NUM_BUF
-                        _wait_tile(ready, it, NUM_BUF, FENCE_IN_MMA)
+                        waited = _wait_tile(
+                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
+                        )
                         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                         m_i, l_i, acc = _finish_tile(
                             s, v_smem.index(buf), m_i, l_i, acc,
@@ -1260,10 +1329,13 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
+                        tiles += 1
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
+    if STATS:
+        _store_stats(stats_ptr, ME, waited, waited * 0, started, tiles)
 
 
 @gluon.jit
@@ -1272,7 +1344,7 @@ def fixed_history_ws_kernel(
     query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
     stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
     stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
-    stride_bt, k_desc, v_desc,
+    stride_bt, k_desc, v_desc, stats_ptr,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
@@ -1291,7 +1363,10 @@ def fixed_history_ws_kernel(
     (``TMA``: by the tensor memory accelerator through ``k_desc`` and
     ``v_desc``, descriptors of the caches; else ``None``). ``SWAP_AB``
     (one multiplying warpgroup, tiles of 8-32 rows): the MMAs transposed,
-    the keys as their rows (``_swapped_tiles``)."""
+    the keys as their rows (``_swapped_tiles``). ``stats_ptr``: ``None``,
+    or where the partitions record how long they waited at their barriers
+    (``_store_stats``; the multiplying partitions' default loop and the TMA
+    loaders)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -1369,7 +1444,8 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN,
+                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
+                        q_smem, stats_ptr,
                     ),
                 ),
                 (
@@ -1381,7 +1457,8 @@ def fixed_history_ws_kernel(
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN,
+                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
+                        q_smem, stats_ptr,
                     ),
                 ),
                 (
@@ -1394,7 +1471,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
-                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
                     ),
                 ),
             ],
@@ -1414,7 +1491,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem,
+                        SWAP_AB, p_smem, stats_ptr,
                     ),
                 ),
                 (
@@ -1427,7 +1504,7 @@ def fixed_history_ws_kernel(
                         stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
-                        FENCE_IN_MMA, NARROW_CONVERT, TMA,
+                        FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
                     ),
                 ),
             ],
@@ -1586,6 +1663,7 @@ def fixed_history_attention_wgmma(
     narrow_convert=False,
     tma=False,
     swap_ab=False,
+    wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
     (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
@@ -1631,7 +1709,12 @@ def fixed_history_attention_wgmma(
     8, 16 or 32, one multiplying warpgroup, not ``overlap``): the MMAs
     transposed, the keys as their 64 rows and the tile's query rows as
     their columns, so that tiles of fewer than 64 rows need no padding
-    rows (``_swapped_tiles``)."""
+    rows (``_swapped_tiles``). ``wait_stats`` (warp-specialized; a
+    measurement): an int64 tensor of at least ``programs x 3 x 4`` values
+    that each program's partitions fill (rows 0-1 multiplying, 2 loading):
+    cycles waited at their barriers (multiplying: for tiles, in the loop
+    without ``overlap``/``swap_ab``; TMA loaders: for landed staged tiles,
+    then for free ring buffers), cycles from start to end, tiles."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -1692,6 +1775,15 @@ def fixed_history_attention_wgmma(
     grid = (max(1, min(num_reqs * num_kv_heads, per_sm * sm_count(q.device))),)
     if maxnreg is None:
         maxnreg = 128 if per_sm >= 2 else 168
+    if wait_stats is not None and (
+        not warp_specialized
+        or wait_stats.dtype != torch.int64
+        or wait_stats.numel() < grid[0] * 12
+    ):
+        raise ValueError(
+            f"wait_stats needs warp_specialized=True and an int64 tensor of at "
+            f"least {grid[0]} x 3 x 4 values"
+        )
     if warp_specialized:
         descs = (
             (_tma_descriptor(k_cache), _tma_descriptor(v_cache))
@@ -1701,6 +1793,7 @@ def fixed_history_attention_wgmma(
         fixed_history_ws_kernel[grid](
             *args,
             *descs,
+            wait_stats,
             **constants,
             **pipeline_constants(
                 ring=ring,
