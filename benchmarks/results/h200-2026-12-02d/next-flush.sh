@@ -1,4 +1,5 @@
-# For the next lease (written 2026-12-02, not yet run): is the bf16 shape-4
+# For the next lease (written 2026-12-02, not yet run). First the GPU test
+# of wait_stats; then: is the bf16 shape-4
 # kernel 82 us (Nsight Compute) or 88-90 us (do_bench)? The benchmark at
 # shapes 1 and 4, kernel only, with do_bench's zeroing flush and with
 # --flush clean, alternating, each in its own process; then the same kernel
@@ -6,6 +7,9 @@
 # base. Bare H200 with Triton 3.7.1 in /tmp/t371 (or the vLLM env: drop
 # the PYTHONPATH line).
 export PYTHONPATH=/tmp/t371:src
+# The wait statistics' GPU test first (written in the fourteenth session).
+timeout 120 python3 -m pytest -q -rf tests/test_fixed_history_gluon.py -k wait_statistics \
+  > $OUT/wait-tests.log 2>&1; echo "wait tests rc $?"; tail -n 2 $OUT/wait-tests.log
 for f in zero clean zero clean; do
   timeout 140 python3 benchmarks/bench_fixed_history_attention.py --kernel-only \
     --shapes 0,3 --flush $f --md $OUT/flush-$f.md >> $OUT/flush.log 2>&1
