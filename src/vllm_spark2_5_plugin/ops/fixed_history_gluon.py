@@ -1283,7 +1283,6 @@ def _ws_mma_partition(
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
     waited = _clock() * 0 if STATS else 0
-    tiles = 0
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
@@ -1329,13 +1328,12 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
-                        tiles += 1
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
     if STATS:
-        _store_stats(stats_ptr, ME, waited, waited * 0, started, tiles)
+        _store_stats(stats_ptr, ME, waited, waited * 0, started, it)
 
 
 @gluon.jit
