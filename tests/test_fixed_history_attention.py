@@ -93,6 +93,9 @@ def fp8_f16_dot(request, monkeypatch):
     from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
     policy = launch.plan_launch
+    # ops resolves its names on first use and keeps them: resolved now, it
+    # keeps the policy, not this test's stand-in.
+    assert ops.plan_launch is policy
 
     def plan_launch(**kwargs):
         return dataclasses.replace(policy(**kwargs), fp8_f16_dot=request.param)
@@ -240,6 +243,17 @@ def _e4m3_rows(q):
     return q8.double() * (row_max.double() / 448.0)
 
 
+def _e4m3_pow2_rows(q):
+    """q as the Gluon kernel's ``fp8_scores`` rounds it, in float64: each
+    (token, head) row times the power of two that puts its largest
+    magnitude in [128, 256), rounded to e4m3, and scaled back."""
+    qf = q.double()
+    row_max = qf.abs().amax(-1, keepdim=True)
+    _, exponent = torch.frexp(torch.where(row_max > 0, row_max, 1.0))
+    pow2 = torch.ldexp(torch.ones_like(row_max), 8 - exponent)
+    return (qf * pow2).to(torch.float8_e4m3fn).double() / pow2
+
+
 def _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what):
     """The fp8 tensor-core path against the reference fed the same
     e4m3-rounded q: what is left is the rounding of the softmax weights to
@@ -286,6 +300,8 @@ def _run_and_check(
     window, scale = case.window, case.head_dim**-0.5
     e4m3 = fp8_scales is not None and plan is not None and plan.fp8_e4m3_dot
     q_ref = _e4m3_rows(q) if e4m3 else q
+    if fp8_scales is not None and plan is not None and plan.fp8_scores:
+        q_ref = _e4m3_pow2_rows(q)
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, window, scale, fp8_scales)
     kwargs = _scale_args(fp8_scales, scale_form, device)
     if plan is not None:
@@ -1246,6 +1262,88 @@ if not _IN_CHILD:
             ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda) is plan
         )
 
+    def test_fp8_scores_only_when_asked_for_by_the_environment(monkeypatch):
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        # A Hopper GPU as far as gluon_supported can tell.
+        monkeypatch.setattr(launch, "interpreting", lambda: False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(launch, "_gluon_device", lambda idx: True)
+        monkeypatch.setattr(torch.version, "hip", None)
+        monkeypatch.setattr(launch, "sm_count", lambda device: 132)  # an H200
+        cuda = torch.device("cuda", 0)
+        shapes = [(64, 8192, 8, 4096, 32, 8, 128), (32, 32768, 16, 4096, 32, 4, 128)]
+        for value in (None, "1", "fp8-scores", " FP8-Scores ", "0"):
+            if value is None:
+                monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
+            else:
+                monkeypatch.setenv("SPARK2_5_GLUON", value)
+            asked = value is not None and value.strip().lower() == "fp8-scores"
+            for shape in shapes:
+                fp8 = ops.uniform_batch_plan(shape, device=cuda, kv_fp8=True)
+                bf16 = ops.uniform_batch_plan(shape, device=cuda)
+                assert fp8.gluon is (value != "0"), (value, fp8)
+                # fp8 caches on the Gluon kernel, and only when asked.
+                assert fp8.fp8_scores is asked, (value, fp8)
+                assert not bf16.fp8_scores, (value, bf16)
+        # Where the Gluon kernel does not run (D = 64), never.
+        monkeypatch.setenv("SPARK2_5_GLUON", "fp8-scores")
+        d64 = ops.uniform_batch_plan(
+            (128, 8192, 8, 4096, 16, 16, 64), device=cuda, kv_fp8=True
+        )
+        assert not d64.gluon and not d64.fp8_scores
+
+    def test_plan_refuses_fp8_scores_off_the_gluon_float16_path():
+        with pytest.raises(ValueError, match="fp8_scores needs gluon=True"):
+            _plan(16, 64, fp8_f16_dot=True, fp8_scores=True)
+        with pytest.raises(ValueError, match="fp8_scores needs gluon=True"):
+            _plan(16, 64, gluon=True, fp8_scores=True)
+
+    @pytest.mark.parametrize("rows", [64, 128])
+    def test_launch_hands_fp8_scores_to_the_gluon_kernel(rows):
+        # With fp8_scores in the plan, the Gluon kernel gets it where TMA
+        # copies the fp8 cache (at 64 rows with a ring of 3 and 3 staged
+        # tiles), and not where TMA cannot (the plan's other choices stay).
+        from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+        from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+        case = Case([40, 7], [4, 3], 32, 32, 4, 128, 16)
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cpu", seed=0, fp8_scales=(0.5, 2.0)
+        )
+        scales = (torch.tensor(0.5), torch.tensor(2.0))
+        calls = []
+
+        def entry(*args, **kwargs):
+            calls.append(kwargs)
+            return args[8]
+
+        plan = _plan(
+            rows // 8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True,
+            fp8_scores=True,
+        )  # fmt: skip
+        row = k.shape[2] * k.shape[3]
+        padded = torch.zeros(*k.shape[:2], row + 4, dtype=k.dtype)
+        odd = padded[..., :row].view(k.shape).copy_(k)  # off TMA's 16-byte grid
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
+        ):
+            for cache in (k, odd):
+                kv = PagedKV(cache, v, bt, ctx, qsl, scales)
+                launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), plan)
+        tma, no_tma = calls
+        expected = {"warp_specialized": True, "f16_dots": True, "rows": rows}
+        expected.update(narrow_convert=True)
+        if rows == 128:
+            expected.update(split_mma=True, ring=4)
+        assert no_tma == expected
+        expected.update(tma=True, fp8_scores=True)
+        if rows == 64:
+            expected.update(ring=3, raw_slots=3)
+        assert tma == expected
+
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):
             _plan(16, 64, num_splits=2, gluon=True)
@@ -1816,6 +1914,21 @@ if not _IN_CHILD:
         _run_and_check(
             case, dtype=dtype, device="cuda", fp8_scales=(0.02, 3.0), extra_rows=3
         )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
+    def test_cuda_fp8_scores_through_the_launch(name, dtype):
+        """The plan's fp8_scores through the public API: against the
+        reference fed q rounded as the kernel rounds it."""
+        case, plan = _gluon_case(name, True, extra_rows=3)
+        assert plan.fp8_f16_dot, plan
+        plan = dataclasses.replace(plan, fp8_scores=True)
+        _run_and_check(
+            case, dtype=dtype, device="cuda", plan=plan, fp8_scales=(0.02, 3.0),
+            extra_rows=3,
+        )  # fmt: skip
 
     @pytest.mark.cuda
     @_no_cuda

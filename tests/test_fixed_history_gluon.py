@@ -25,6 +25,7 @@ import torch
 from test_fixed_history_attention import (
     Case,
     _assert_close,
+    _e4m3_pow2_rows,
     _fresh_seed,
     _make_inputs,
     _poison_outside_windows,
@@ -63,6 +64,7 @@ def _compile(
     tma=False,
     swap_ab=False,
     wait_stats=False,
+    fp8_scores=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -128,6 +130,7 @@ def _compile(
                 narrow_convert=narrow_convert,
                 tma=tma,
                 swap_ab=swap_ab,
+                fp8_scores=fp8_scores,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -331,6 +334,38 @@ def test_wait_statistics_compile_into_the_launch_kernel(kv_dtype, f16):
     stores = ("STG.E", "STG.E.64")
     assert sum(map(timed.count, stores)) >= sum(map(plain.count, stores)) + 12
     assert timed.count("HGMMA") == plain.count("HGMMA")
+
+
+@pytest.mark.parametrize("rows", [64, 128])
+def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
+    # fp8_scores: S = Q K^T as fp8 warpgroup MMAs (QGMMA, 32 deep: 4 per
+    # 64-row partition at D = 128, instead of 8 float16 ones) on the staged
+    # e4m3 K tiles, P V still in float16 (4 HGMMA per partition); the loader
+    # converts V only (half the e4m3 -> float16 conversions); within the
+    # launch's registers, without spills (Triton 3.7), and within its shared
+    # memory.
+    options = dict(f16=True, narrow_convert=True, tma=True)
+    if rows == 128:
+        options.update(maxnreg=168, rows=128, split_mma=True, ring=4)
+    else:
+        options.update(maxnreg=128)
+    plain = _compile("fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options)
+    fp8 = _compile(
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_scores=True, **options
+    )
+    parts = rows // 64
+    assert plain.count("QGMMA") == 0 and plain.count("HGMMA") == 12 * parts
+    assert fp8.count("QGMMA") == 4 * parts, fp8.instructions
+    assert fp8.count("HGMMA") == 4 * parts, fp8.instructions
+    conversions = "F2FP.F16.E4M3.UNPACK_B"
+    assert 2 * fp8.count(conversions) == plain.count(conversions) > 0
+    assert fp8.registers <= options["maxnreg"]
+    import triton
+
+    # No spills under vLLM 0.32.0's Triton (3.7), where the launch runs it;
+    # 3.9 keeps a few bytes on the stack.
+    assert fp8.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
+    assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -856,6 +891,51 @@ _KERNELS = {
         "ring": 4,
         "raw_slots": 4,
     },
+    # fp8 only, changing the numerics: S = Q K^T on fp8 tensor cores, q
+    # rounded to e4m3 row by row, K staged straight into the ring
+    # (test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q).
+    "ws-fp8-scores": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+    },
+    "ws-fp8-scores-ring3-raw3": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+        "ring": 3,
+        "raw_slots": 3,
+    },
+    "ws-128rows-fp8-scores": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+    },
+    # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
+    "ws-fp8-scores-overlap-ring3-raw3": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+        "overlap": True,
+        "ring": 3,
+        "raw_slots": 3,
+    },
+    "ws-128rows-fp8-scores-pingpong-ring6-raw4": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+        "overlap": True,
+        "pingpong": True,
+        "ring": 6,
+        "raw_slots": 4,
+    },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
         "warp_specialized": True,
@@ -870,7 +950,9 @@ _KERNELS = {
 
 @pytest.mark.cuda
 @_sm90
-@pytest.mark.parametrize("kernel", sorted(_KERNELS))
+@pytest.mark.parametrize(
+    "kernel", sorted(k for k, o in _KERNELS.items() if not o.get("fp8_scores"))
+)
 @pytest.mark.parametrize(
     "fp8,f16_dots",
     [(None, False), ((0.02, 3.0), False), ((3.0, 0.02), True)],
@@ -888,7 +970,11 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     """Runs one Gluon kernel variant (``_KERNELS[kernel]`` and ``options``)
     on fresh random inputs of case ``name`` (``poison``: NaN in every cache
     slot outside the requests' windows) and checks it against the float64
-    reference; padding rows must stay NaN."""
+    reference; padding rows must stay NaN. With ``fp8_scores`` the
+    reference takes q rounded to e4m3 row by row as the kernel does
+    (``_e4m3_pow2_rows``), and
+    the output must lie much nearer that reference than the one fed q
+    itself (so that a kernel which did not round q fails)."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
@@ -930,11 +1016,19 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         **options,
     )
     torch.cuda.synchronize()
-    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
+    fp8_scores = _KERNELS[kernel].get("fp8_scores", False)
+    q_ref = _e4m3_pow2_rows(q) if fp8_scores else q
+    ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
     what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"
     _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
+    if fp8_scores:
+        exact = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
+        got = out[:rows].double()
+        near = (got - ref[:rows]).norm().item()
+        far = (got - exact[:rows]).norm().item()
+        assert near < 0.5 * far, f"{what}: {near:.3e} from the e4m3 q, {far:.3e}"
 
 
 @_sm90
@@ -964,6 +1058,24 @@ def test_gluon_kernel_ignores_cache_slots_outside_the_window(name, fp8, kernel):
     # before a window in its first page, past a request's end in its last
     # page, and every page no request uses.
     _check_against_reference(name, fp8, kernel, poison=True)
+
+
+@pytest.mark.cuda
+@_sm90
+@pytest.mark.parametrize("poison", [False, True], ids=["plain", "poison"])
+@pytest.mark.parametrize(
+    "kernel", sorted(k for k, o in _KERNELS.items() if o.get("fp8_scores"))
+)
+@pytest.mark.parametrize("fp8", [(0.02, 3.0), (3.0, 0.02)], ids=["k-small", "v-small"])
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, poison):
+    # fp8_scores against the float64 reference fed the e4m3-rounded q, each
+    # row scaled exactly by a power of two, so that the kernel's rounding
+    # and the reference's agree value for value (the
+    # rest exact: K/V dequantized, P V in float16), also with NaN in every
+    # cache slot outside the windows (the K edge tiles are copied into the
+    # ring by cp.async, zero-filled).
+    _check_against_reference(name, fp8, kernel, poison=poison)
 
 
 @_sm90

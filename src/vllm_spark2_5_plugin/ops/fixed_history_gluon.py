@@ -28,14 +28,13 @@ key split (no partial results):
   cache fills the staging slots instead) and one or two
   multiplying ones (MMAs and softmax), synchronized by mbarriers, so that
   the conversion runs beside the MMAs and the softmax instead of between
-  them. On the H200 (kernel in a CUDA graph against the read floor,
-  2026-12-02): fp8 caches staged by TMA 1.46, 1.48-1.53, 1.65 and 2.69
-  times the floor at the benchmark's shapes 1-4 (at shape 4 the loader
-  alone, with nothing to multiply, takes 1.83 times the floor, and per SM
-  the MMAs take 36.0 us at the float16 peak and the exponentials 16.6 us
-  against a goal of 42.8 us); bf16 caches with TMA
-  copies 0.97-1.08 at shapes 1-3 and 1.38-1.41 at shape 4, whose 128-row
-  tiles run one program per SM
+  them. On the H200 (kernel in a CUDA graph against the read floor, the
+  L2 emptied by reading, 2026-12-02): fp8 caches staged by TMA 1.44,
+  1.36, 1.64 and 2.66 times the floor at the benchmark's shapes 1-4 (at
+  shape 4, per SM, the MMAs take 36.0 us at the float16 peak and the
+  exponentials 16.6 us against a goal of 42.8 us); bf16 caches with TMA
+  copies 1.00, 0.96, 1.05 and 1.27 (shape 4's 128-row tiles run one
+  program per SM)
   (``benchmarks/fixed_history_attention_h200.md``). The launch copies
   caches by TMA where it can (``_tma_copyable`` in the launch module); its
   128-row tiles run two multiplying partitions (``SPLIT_MMA``), fenced by
@@ -47,6 +46,10 @@ key split (no partial results):
   ``SWAP_AB`` (not in the policy: slower at every shape measured on the
   H200, 2026-12-02) transposes the MMAs so that tiles of 8-32 query rows
   carry no padding rows.
+  ``FP8_SCORES`` (not in the policy: it rounds q to e4m3) computes
+  ``S = Q K^T`` on fp8 tensor cores with the K tiles as TMA staged them,
+  so that the loader converts V only (fp8 shapes 1-4: 1.33, 1.28, 1.51
+  and 2.47 times the floor).
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
@@ -227,15 +230,17 @@ def _copy_kv_tiles(
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
     layout: gl.constexpr,
 ):  # fmt: skip
-    """The K and V copies of one key tile, as one commit group."""
+    """The K and V copies of one key tile, as one commit group (``v_slot``
+    ``None``: the first tensor's only)."""
     _copy_kv_tile(
         k_slot, k_head, page, ok, start, stride_k_blk, stride_k_slot,
         PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
     )  # fmt: skip
-    _copy_kv_tile(
-        v_slot, v_head, page, ok, start, stride_v_blk, stride_v_slot,
-        PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
-    )  # fmt: skip
+    if v_slot is not None:
+        _copy_kv_tile(
+            v_slot, v_head, page, ok, start, stride_v_blk, stride_v_slot,
+            PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+        )  # fmt: skip
     async_copy.commit_group()
 
 
@@ -283,10 +288,12 @@ def _convert_layout(head_dim, narrow, num_warps):
 
 
 @gluon.constexpr_function
-def _mma_layout(n, num_warps):
-    """The accumulator layout of a warpgroup MMA with ``n`` output columns."""
+def _mma_layout(n, num_warps, k=16):
+    """The accumulator layout of a warpgroup MMA with ``n`` output columns
+    (``k``: the instruction's depth, 32 for 8-bit operands; the accumulator's
+    values sit in the same threads either way)."""
     return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16]
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, k]
     )
 
 
@@ -350,13 +357,17 @@ def _softmax_weights(
 ):  # fmt: skip
     """``_softmax_step`` without touching the output: the weights P, the new
     row maxima and sums, and the factor ``alpha`` (in the rows of
-    ``o_layout``) that the output takes before ``P V`` is added."""
+    ``o_layout``) that the output takes before ``P V`` is added.
+    ``score_scale``: each row's factor of its scores (``_row_scales``)."""
+    # Scores of 8-bit MMAs (FP8_SCORES) in the 16-bit MMAs' layout: the same
+    # threads hold the same values, the conversion only renames the layout.
+    s = gl.convert_layout(s, m_i.type.layout.parent)
     s = _mask_keys(s, key_start, lo, hi, 1)
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * gl.expand_dims(score_scale, 1) - gl.expand_dims(m_new, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
     p_layout: gl.constexpr = gl.DotOperandLayout(
@@ -388,11 +399,15 @@ def _store_output(
 def _load_q(
     q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
     q_factor, GROUP: gl.constexpr, F16_DOTS: gl.constexpr,
-    num_warps: gl.constexpr,
+    num_warps: gl.constexpr, FP8_SCORES: gl.constexpr = False,
 ):  # fmt: skip
     """A tile of q into shared memory, visible to the MMAs of every warp
-    (``F16_DOTS``: times ``q_factor``, rounded to float16 once). The
-    caller's previous MMAs on ``q_smem`` have completed."""
+    (``F16_DOTS``: times ``q_factor``, rounded to float16 once;
+    ``FP8_SCORES``: each row times the power of two that puts its largest
+    magnitude in [128, 256), rounded to e4m3). Returns the factor that each
+    row's scores take (``FP8_SCORES``: ``q_factor`` over the row's power of
+    two; else 1). An all-zero row, a padding row, stays 0. The caller's
+    previous MMAs on ``q_smem`` have completed."""
     HEAD_DIM: gl.constexpr = q_smem.shape[1]
     layout: gl.constexpr = _kv_layout(HEAD_DIM, False, num_warps)
     ptrs, mask = _row_ptrs(
@@ -400,12 +415,41 @@ def _load_q(
         GROUP, q_smem.shape[0], HEAD_DIM, layout,
     )  # fmt: skip
     q = gl.load(ptrs, mask=mask, other=0.0)
-    if F16_DOTS:
-        q = (q.to(gl.float32) * q_factor).to(gl.float16)
+    if FP8_SCORES:
+        # An exact scaling, so that the rounding is e4m3's alone: 2^(7 - E)
+        # for a row maximum of 2^E times [1, 2), built from E's bits (a
+        # zero row takes 2^7; the exponent kept finite for the tiniest).
+        qf = q.to(gl.float32)
+        row_max = gl.max(gl.abs(qf), axis=1)
+        row_max = gl.where(row_max > 0, row_max, 1.0)
+        biased = (row_max.to(gl.int32, bitcast=True) >> 23) & 0xFF
+        pow2 = (gl.minimum(261 - biased, 254) << 23).to(gl.float32, bitcast=True)
+        q = (qf * gl.expand_dims(pow2, 1)).to(q_smem.dtype)
+        descale = q_factor / pow2
+    else:
+        if F16_DOTS:
+            q = (q.to(gl.float32) * q_factor).to(gl.float16)
+        descale = gl.full([q_smem.shape[0]], 1.0, gl.float32, gl.SliceLayout(1, layout))
     gl.barrier()  # every warp is past its MMAs on the previous tile of q
     q_smem.store(q)
     fence_async_shared()
     gl.barrier()
+    return descale
+
+
+@gluon.jit
+def _row_scales(
+    descale, score_scale, BLOCK_N: gl.constexpr, num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr = False,
+):  # fmt: skip
+    """The factor of each row's scores in the softmax exponent: the
+    kernel's ``score_scale`` times (``FP8_SCORES``) the row's ``descale``
+    from ``_load_q``, in the rows of the scores' layout."""
+    rows: gl.constexpr = gl.SliceLayout(1, _mma_layout(BLOCK_N, num_warps))
+    if FP8_SCORES:
+        return gl.convert_layout(descale, rows) * score_scale
+    else:
+        return gl.full([descale.shape[0]], 1.0, gl.float32, rows) * score_scale
 
 
 @gluon.jit
@@ -425,7 +469,10 @@ def _issue_scores(
     else:
         a = q_smem
         b = k_buf.permute((1, 0))
-        s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, _mma_layout(BLOCK_N, num_warps))
+        depth: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth
+        s = gl.zeros(
+            [BLOCK_M, BLOCK_N], gl.float32, _mma_layout(BLOCK_N, num_warps, depth)
+        )
     return warpgroup_mma(a, b, s, use_acc=False, is_async=True)
 
 
@@ -502,10 +549,11 @@ def fixed_history_wgmma_kernel(
             )
         )  # fmt: skip
         for q_base in range(0, num_q, BLOCK_Q):
-            _load_q(
+            descale = _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
                 stride_q_h, q_factor, GROUP, F16_DOTS, num_warps,
             )  # fmt: skip
+            row_scale = _row_scales(descale, score_scale, BLOCK_N, num_warps)
             # Tiles 0 and 1 staged; tile 0 converted into buffer 0.
             for i in gl.static_range(2):
                 page, ok = _tile_pages(
@@ -549,7 +597,7 @@ def fixed_history_wgmma_kernel(
                     KV_FP8,
                 )  # fmt: skip
                 m_i, l_i, acc = _finish_tile(
-                    s, v_smem.index(buf), m_i, l_i, acc, start, lo, hi, score_scale
+                    s, v_smem.index(buf), m_i, l_i, acc, start, lo, hi, row_scale
                 )
                 # The converted tile becomes visible to the next MMAs (async
                 # proxy), from every warp.
@@ -575,7 +623,7 @@ def _ws_load_partition(
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
-    TMA: gl.constexpr, stats_ptr=None,
+    TMA: gl.constexpr, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -591,7 +639,8 @@ def _ws_load_partition(
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
     the caches' descriptors ``k_desc``/``v_desc``; those two record their
-    waits in ``stats_ptr`` (not ``None``)."""
+    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``: see
+    ``_ws_tma_fp8_partition``."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
             k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
@@ -599,7 +648,7 @@ def _ws_load_partition(
             query_start_loc_ptr, window, num_reqs, stride_k_blk, stride_k_slot,
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr,
+            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr, FP8_SCORES,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -815,7 +864,8 @@ def _tma_copy_tile(
     the head dim per copy; ``bar`` completes when their bytes have landed
     (the expectation is its one arrival). Its pages: ``page_ids`` (from
     ``_tile_page_ids``), or with ``None`` read from ``bt_row`` at each
-    copy (the faster choice with a cache in q's dtype on the H200)."""
+    copy (the faster choice with a cache in q's dtype on the H200).
+    ``v_desc`` ``None``: one tensor's tile (``k_desc`` into ``k_dst``)."""
     dtype: gl.constexpr = k_dst.dtype
     bits: gl.constexpr = dtype.primitive_bitwidth
     WIDTH: gl.constexpr = tma_piece_width(bits)
@@ -823,13 +873,16 @@ def _tma_copy_tile(
     PIECES: gl.constexpr = HEAD_DIM // WIDTH
     piece_layout: gl.constexpr = tma_piece_layout(bits)
     piece_shape: gl.constexpr = [PIECES * PAGES, 1, PAGE_SIZE, 1, WIDTH]
-    mbarrier.expect(bar, 2 * BLOCK_N * HEAD_DIM * bits // 8)
+    if v_desc is None:
+        mbarrier.expect(bar, BLOCK_N * HEAD_DIM * bits // 8)
+    else:
+        mbarrier.expect(bar, 2 * BLOCK_N * HEAD_DIM * bits // 8)
+        v_pieces = _view_as(v_dst, dtype, piece_shape, piece_layout)
     # The tile as pieces: piece h * PAGES + p holds rows PAGE_SIZE * p ..
     # PAGE_SIZE * (p + 1) - 1 of the head dim's h-th WIDTH values (a
     # 128-byte-swizzled tile stores its 128-byte column blocks one after
     # the other).
     k_pieces = _view_as(k_dst, dtype, piece_shape, piece_layout)
-    v_pieces = _view_as(v_dst, dtype, piece_shape, piece_layout)
     for p in gl.static_range(PAGES):
         if page_ids is None:
             page_id = gl.load(bt_row + start // PAGE_SIZE + p)
@@ -840,10 +893,11 @@ def _tma_copy_tile(
                 k_desc, [page_id, 0, kv_head, WIDTH * h], bar,
                 k_pieces.index(h * PAGES + p),
             )  # fmt: skip
-            _tma_load(
-                v_desc, [page_id, 0, kv_head, WIDTH * h], bar,
-                v_pieces.index(h * PAGES + p),
-            )  # fmt: skip
+            if v_desc is not None:
+                _tma_load(
+                    v_desc, [page_id, 0, kv_head, WIDTH * h], bar,
+                    v_pieces.index(h * PAGES + p),
+                )  # fmt: skip
 
 
 @gluon.jit
@@ -884,7 +938,9 @@ def _stage_tile(
     """The K/V key tile from ``start`` (its pages ``page_ids``, or ``None``:
     see ``_tma_copy_tile``) into ``k_dst``/``v_dst``, ``bar`` completing
     when it has landed: by TMA when all its keys lie in ``lo .. hi - 1``,
-    else by ``_copy_edge_tile``."""
+    else by ``_copy_edge_tile``. ``v_desc`` and ``v_dst`` ``None``: one
+    tensor's tile (``k_desc``, ``k_head`` and the K strides into
+    ``k_dst``)."""
     if (start >= lo) & (start + BLOCK_N <= hi):
         _tma_copy_tile(
             k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids,
@@ -955,6 +1011,29 @@ def _ws_tma_partition(
 
 
 @gluon.jit
+def _stage_raw(
+    k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head, v_head,
+    kv_head, start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk,
+    stride_v_slot, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, layout: gl.constexpr, FP8_SCORES: gl.constexpr,
+):  # fmt: skip
+    """``_stage_tile`` of a staging slot: K and V, or (``FP8_SCORES``, K
+    staged into the ring instead) V only."""
+    if FP8_SCORES:
+        _stage_tile(
+            v_desc, None, v_dst, None, bar, bt_row, page_ids, v_head, None,
+            kv_head, start, lo, hi, stride_v_blk, stride_v_slot, None, None,
+            PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+        )  # fmt: skip
+    else:
+        _stage_tile(
+            k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head,
+            v_head, kv_head, start, lo, hi, stride_k_blk, stride_k_slot,
+            stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+        )  # fmt: skip
+
+
+@gluon.jit
 def _ws_tma_fp8_partition(
     k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
     k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
@@ -964,7 +1043,7 @@ def _ws_tma_fp8_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
-    stats_ptr=None,
+    stats_ptr=None, FP8_SCORES: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -973,8 +1052,11 @@ def _ws_tma_fp8_partition(
     read back (``NARROW``: 8 values per thread), converted and stored into
     ring buffer ``it % NUM_BUF`` once it is free, fenced and signalled.
     ``r``, the raw tiles staged so far, gives each slot's phase.
-    ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
-    for free ring buffers)."""
+    ``FP8_SCORES``: only V goes through the slots; once a ring buffer is
+    free, the tile's K is staged by TMA straight into it (e4m3, for the fp8
+    MMAs), its landing one of the buffer's two arrivals, the loader's after
+    converting V the other. ``stats_ptr``: see ``_store_stats`` (its waits
+    for landed tiles, then for free ring buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
     STATS: gl.constexpr = stats_ptr is not None
@@ -996,13 +1078,13 @@ def _ws_tma_fp8_partition(
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
                 start = first + i * BLOCK_N
-                _stage_tile(
+                _stage_raw(
                     k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                     raw_ready.index(slot), bt_row,
                     _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
                     k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
                     stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout,
+                    BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES,
                 )  # fmt: skip
             page_ids = _tile_page_ids(
                 bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
@@ -1010,31 +1092,54 @@ def _ws_tma_fp8_partition(
             for t in range(0, n_tiles):
                 slot = (r + t) % NUM_RAW
                 buf = it % NUM_BUF
-                landed = _timed_wait(
-                    raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed, STATS
-                )
-                # Ring buffer free once the MMAs on its previous tile have
-                # completed (in the first round parity 1, which precedes a
-                # new barrier's phase).
-                freed = _timed_wait(
-                    empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
-                )
-                _convert_tiles(
-                    k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
-                    v_smem.index(buf), cvt_layout, True,
-                )  # fmt: skip
+                if FP8_SCORES:
+                    # K into the ring as soon as its buffer is free, its pages
+                    # read at each copy (loaded a tile ahead: 1.7-2.2% slower
+                    # at shapes 1-3 on the H200).
+                    freed = _timed_wait(
+                        empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
+                    )
+                    _stage_tile(
+                        k_desc, None, k_smem.index(buf), None, ready.index(buf),
+                        bt_row, None, k_head, None, kv_head,
+                        first + t * BLOCK_N, lo, hi, stride_k_blk,
+                        stride_k_slot, None, None, PAGE_SIZE, BLOCK_N,
+                        HEAD_DIM, kv_layout,
+                    )  # fmt: skip
+                    landed = _timed_wait(
+                        raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
+                        STATS,
+                    )  # fmt: skip
+                    v = v_raw.index(slot).load(cvt_layout)
+                    v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
+                else:
+                    landed = _timed_wait(
+                        raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
+                        STATS,
+                    )  # fmt: skip
+                    # Ring buffer free once the MMAs on its previous tile
+                    # have completed (in the first round parity 1, which
+                    # precedes a new barrier's phase).
+                    freed = _timed_wait(
+                        empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
+                    )
+                    _convert_tiles(
+                        k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
+                        v_smem.index(buf), cvt_layout, True,
+                    )  # fmt: skip
                 # Every loading thread's stores visible to the MMAs' proxy and
                 # its reads of the slot done before TMA writes it again.
                 fence_async_shared()
                 gl.barrier()
                 mbarrier.arrive(ready.index(buf), count=1)
                 if t + NUM_RAW < n_tiles:
-                    _stage_tile(
+                    _stage_raw(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                         raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
                         kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
                         stride_k_blk, stride_k_slot, stride_v_blk,
                         stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+                        FP8_SCORES,
                     )  # fmt: skip
                 page_ids = _tile_page_ids(
                     bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
@@ -1266,7 +1371,7 @@ def _ws_mma_partition(
     MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
-    p_smem=None, stats_ptr=None,
+    p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1278,7 +1383,9 @@ def _ws_mma_partition(
     ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
     the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``).
     ``stats_ptr`` (not ``None``): the cycles its waits for tiles took, in
-    the default loop (``_store_stats``)."""
+    the default loop (``_store_stats``). ``FP8_SCORES``: q rounded to e4m3
+    row by row (``_load_q``) and ``S = Q K^T`` on fp8 tensor cores with the
+    e4m3 K tiles as staged."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1294,9 +1401,9 @@ def _ws_mma_partition(
         )  # fmt: skip
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
-            _load_q(
+            descale = _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS,
+                stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
             )  # fmt: skip
             if SWAP_AB:
                 l_part, acc_t, it = _swapped_tiles(
@@ -1309,10 +1416,13 @@ def _ws_mma_partition(
                 )  # fmt: skip
             else:
                 m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
+                row_scale = _row_scales(
+                    descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES
+                )
                 if OVERLAP:
                     m_i, l_i, acc, it, k = _overlapped_tiles(
                         q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i,
-                        acc, it, k, n_tiles, first, lo, hi, score_scale,
+                        acc, it, k, n_tiles, first, lo, hi, row_scale,
                         NUM_BUF, MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
                     )  # fmt: skip
                 else:
@@ -1324,7 +1434,7 @@ def _ws_mma_partition(
                         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                         m_i, l_i, acc = _finish_tile(
                             s, v_smem.index(buf), m_i, l_i, acc,
-                            first + t * BLOCK_N, lo, hi, score_scale,
+                            first + t * BLOCK_N, lo, hi, row_scale,
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
@@ -1350,7 +1460,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1364,10 +1474,15 @@ def fixed_history_ws_kernel(
     the keys as their rows (``_swapped_tiles``). ``stats_ptr``: ``None``,
     or where the partitions record how long they waited at their barriers
     (``_store_stats``; the multiplying partitions' default loop and the TMA
-    loaders)."""
+    loaders). ``FP8_SCORES`` (TMA, an fp8 cache, ``F16_DOTS``): the K
+    tiles staged by TMA straight into the ring as e4m3 and ``S = Q K^T`` on
+    fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
+    (``_ws_tma_fp8_partition``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
+    # The operands' dtype of S = Q K^T.
+    qk_dtype: gl.constexpr = kv_dtype if FP8_SCORES else dtype
     tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
     # SPLIT_MMA: two multiplying partitions of one warpgroup each, a half of
     # the tile's rows (and of q's shared memory) each, both reading every
@@ -1375,9 +1490,15 @@ def fixed_history_ws_kernel(
     PARTS: gl.constexpr = 2 if SPLIT_MMA else 1
     PART_Q: gl.constexpr = BLOCK_Q // PARTS
     PART_M: gl.constexpr = BLOCK_M // PARTS
-    q_smem_layout: gl.constexpr = _tile_smem([PART_M, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [PARTS, PART_M, HEAD_DIM], q_smem_layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    q_smem_layout: gl.constexpr = _tile_smem([PART_M, HEAD_DIM], qk_dtype)
+    q_smem = gl.allocate_shared_memory(
+        qk_dtype, [PARTS, PART_M, HEAD_DIM], q_smem_layout
+    )
+    k_smem = gl.allocate_shared_memory(
+        qk_dtype,
+        [NUM_BUF, BLOCK_N, HEAD_DIM],
+        _tile_smem([BLOCK_N, HEAD_DIM], qk_dtype),
+    )
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
@@ -1386,8 +1507,11 @@ def fixed_history_ws_kernel(
     # partition releases a buffer.
     # TMA: one arrival (with the tile's bytes, or the loader's after its
     # counted cp.async copies), the multiplying warps fencing every tile.
-    ARRIVALS: gl.constexpr = 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
-    MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and not KV_FP8)
+    # FP8_SCORES: that arrival for K, and the loader's once V is converted.
+    ARRIVALS: gl.constexpr = (
+        2 if FP8_SCORES else 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
+    )
+    MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and (FP8_SCORES or not KV_FP8))
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
@@ -1415,9 +1539,12 @@ def fixed_history_ws_kernel(
             )
         else:
             raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-        k_raw = gl.allocate_shared_memory(
-            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
-        )
+        if FP8_SCORES:
+            k_raw = k_smem  # unused: K staged straight into the ring
+        else:
+            k_raw = gl.allocate_shared_memory(
+                kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+            )
         v_raw = gl.allocate_shared_memory(
             kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
         )
@@ -1443,7 +1570,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr,
+                        q_smem, stats_ptr, FP8_SCORES,
                     ),
                 ),
                 (
@@ -1456,7 +1583,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr,
+                        q_smem, stats_ptr, FP8_SCORES,
                     ),
                 ),
                 (
@@ -1470,6 +1597,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
+                        FP8_SCORES,
                     ),
                 ),
             ],
@@ -1489,7 +1617,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem, stats_ptr,
+                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES,
                     ),
                 ),
                 (
@@ -1503,6 +1631,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
+                        FP8_SCORES,
                     ),
                 ),
             ],
@@ -1526,7 +1655,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False,
+    swap_ab=False, fp8_scores=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1543,6 +1672,7 @@ def pipeline_constants(
         NARROW_CONVERT=narrow_convert,
         TMA=tma,
         SWAP_AB=swap_ab,
+        FP8_SCORES=fp8_scores,
     )
 
 
@@ -1661,6 +1791,7 @@ def fixed_history_attention_wgmma(
     narrow_convert=False,
     tma=False,
     swap_ab=False,
+    fp8_scores=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -1707,7 +1838,14 @@ def fixed_history_attention_wgmma(
     8, 16 or 32, one multiplying warpgroup, not ``overlap``): the MMAs
     transposed, the keys as their 64 rows and the tile's query rows as
     their columns, so that tiles of fewer than 64 rows need no padding
-    rows (``_swapped_tiles``). ``wait_stats`` (warp-specialized; a
+    rows (``_swapped_tiles``). ``fp8_scores`` (``tma`` with an fp8 cache,
+    ``f16_dots``, not ``swap_ab``; changes the numerics): ``S = Q K^T`` on
+    fp8 tensor cores, each row of q scaled by a power of two into e4m3's
+    range (its largest magnitude into [128, 256)) and rounded to e4m3, the
+    softmax scale applied to the scores, the K tiles staged by TMA straight
+    into the ring, only V converted to float16 by the loader (shared memory
+    per program: q in e4m3, ``ring`` e4m3 K and float16 V tiles, and
+    ``raw_slots`` staged V tiles). ``wait_stats`` (warp-specialized; a
     measurement): an int64 tensor of at least ``programs x 3 x 4`` values
     that each program's partitions fill (rows 0-1 multiplying, 2 loading):
     cycles waited at their barriers (multiplying: for tiles, in the loop
@@ -1740,6 +1878,12 @@ def fixed_history_attention_wgmma(
             "tma needs warp_specialized=True, a cache in q's dtype (head dim a "
             "multiple of 64) or in fp8 (head dim a multiple of 128) and pages "
             "that divide block_n"
+        )
+    if fp8_scores and not (
+        tma and f16_dots and k_cache.dtype == torch.float8_e4m3fn and not swap_ab
+    ):
+        raise ValueError(
+            "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
         )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
@@ -1805,6 +1949,7 @@ def fixed_history_attention_wgmma(
                 narrow_convert=narrow_convert,
                 tma=tma,
                 swap_ab=swap_ab,
+                fp8_scores=fp8_scores,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

@@ -29,9 +29,11 @@ _MAX_ITEMS = 2**31 - 1  # (request, KV head, split) items per launch: int32
 _SM_COUNT: dict[int, int] = {}
 # "0" (or false/no/off) keeps the Triton kernel where the Gluon kernel would
 # run: a way around it without a code change, and the A/B of the two inside
-# vLLM.
+# vLLM. "fp8-scores" leaves it on and opts fp8 caches into its fp8 scores
+# (``LaunchPlan.fp8_scores``).
 GLUON_ENV = "SPARK2_5_GLUON"
-_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on")
+_FP8_SCORES = "fp8-scores"
+_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", _FP8_SCORES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,11 @@ class LaunchPlan:
     warp-specialized Gluon kernel with its own 64-key pipeline (2 persistent
     programs per SM at 64 rows, 1 at 128) instead of the Triton kernel;
     otherwise the other fields' Triton launch.
+    ``fp8_scores`` (``gluon`` with ``fp8_f16_dot``, opt-in: chosen by
+    :func:`plan_launch` only under ``SPARK2_5_GLUON=fp8-scores``): where the
+    Gluon kernel copies the fp8 cache by TMA, ``Q K^T`` on fp8 tensor cores
+    with each row of q rounded to e4m3; this changes the numerics
+    (``docs/kernel.md``, the Gluon kernel's ``fp8_scores``).
     """
 
     block_q: int  # queries of one request per tile
@@ -66,6 +73,7 @@ class LaunchPlan:
     fp8_f16_dot: bool = False
     fp8_e4m3_dot: bool = False
     gluon: bool = False
+    fp8_scores: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -101,6 +109,11 @@ class LaunchPlan:
                 "gluon needs num_splits == 1 and bfloat16/float16 dots, got "
                 f"num_splits={self.num_splits}, fp8_e4m3_dot={self.fp8_e4m3_dot}"
             )
+        if self.fp8_scores and not (self.gluon and self.fp8_f16_dot):
+            raise ValueError(
+                "fp8_scores needs gluon=True and fp8_f16_dot=True, got "
+                f"gluon={self.gluon}, fp8_f16_dot={self.fp8_f16_dot}"
+            )
         if self.programs_per_sm and self.num_splits != 1:
             raise ValueError(
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
@@ -112,7 +125,9 @@ class LaunchPlan:
         return _tile_rows(self.block_q, group)
 
 
-def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
+def _gluon_pipeline(
+    rows: int, *, kv_fp8: bool, tma: bool = False, fp8_scores: bool = False
+) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
     accelerator (``_tma_copyable``); then the loader copies whole pages with
@@ -130,10 +145,17 @@ def _gluon_pipeline(rows: int, *, kv_fp8: bool, tma: bool = False) -> dict:
     their tiles as they land (109.0 -> 103.8 us with ``fence_in_mma``, 99.2
     with ``split_mma`` too). ``fence_in_mma`` is not for 64-row tiles, two
     programs per SM (up to 27% slower at 256 requests), nor for fp8 caches
-    (no gain)."""
+    (no gain). ``fp8_scores`` (fp8 caches copied by TMA; else ignored): the
+    kernel's ``fp8_scores``, at 64 rows with a ring of 3 and 3 staged V
+    tiles (the fastest of 2 + 2, 3 + 3, 4 + 1 and 3 + 4 at the fp8 shapes
+    1-3, 2026-12-02)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if tma:
         options.update(tma=True)
+        if kv_fp8 and fp8_scores:
+            options.update(fp8_scores=True)
+            if rows == 64:
+                options.update(ring=3, raw_slots=3)
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if not kv_fp8 and not tma:
@@ -209,6 +231,12 @@ def gluon_allowed(value: str | None) -> bool:
     return True
 
 
+def gluon_fp8_scores(value: str | None) -> bool:
+    """Whether ``SPARK2_5_GLUON`` (its value) opts fp8 caches into the Gluon
+    kernel's fp8 scores (``fp8-scores``)."""
+    return (value or "").strip().lower() == _FP8_SCORES
+
+
 def gluon_supported(device: torch.device) -> bool:
     """Whether the Gluon kernel can run on ``device`` (cached per device):
     a CUDA build of torch on NVIDIA, an sm_90 (Hopper) GPU, Triton 3.7, and
@@ -271,6 +299,7 @@ def plan_launch(
         device.type == "cuda",
         torch.version.hip is None,  # not a ROCm build of torch
         gluon_supported(device),
+        gluon_fp8_scores(os.environ.get(GLUON_ENV)),
     )
     shape = (num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8)
     return _plan(shape, sliding_window, max_kv_len, device_facts)
@@ -281,13 +310,14 @@ def _plan(
     shape: tuple[int, int, int, int, int, bool],
     sliding_window: int | None,
     max_kv_len: int,
-    device_facts: tuple[int, bool, bool, bool],
+    device_facts: tuple[int, bool, bool, bool, bool],
 ) -> LaunchPlan:
     """:func:`plan_launch` from host values only: ``shape`` holds its shape
     arguments and ``kv_fp8``, ``device_facts`` the SM count, whether the
-    device is a GPU, an NVIDIA one, and one the Gluon kernel runs on."""
+    device is a GPU, an NVIDIA one, one the Gluon kernel runs on, and
+    whether fp8 scores are asked for (``SPARK2_5_GLUON=fp8-scores``)."""
     num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8 = shape
-    num_sms, on_cuda, nvidia, gluon_ok = device_facts
+    num_sms, on_cuda, nvidia, gluon_ok, scores_asked = device_facts
     group = num_heads // num_kv_heads
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -397,6 +427,7 @@ def _plan(
     # persistent grid was tuned on NVIDIA only and needs a single split.
     if splits > 1 or not on_cuda or not nvidia:
         persistent = 0
+    fp8_f16_dot = kv_fp8 and (head_dim <= 64 or (gluon and splits == 1))
     return LaunchPlan(
         block_q=block_q,
         block_n=block_n,
@@ -409,8 +440,9 @@ def _plan(
         # 11% faster at D = 64 and 13-17% slower at the four D = 128 shapes
         # in the Triton kernel. The Gluon kernel's loader, converting 8
         # values per thread (2026-12-02), gains 5% from them at shapes 1-4.
-        fp8_f16_dot=kv_fp8 and (head_dim <= 64 or (gluon and splits == 1)),
+        fp8_f16_dot=fp8_f16_dot,
         gluon=gluon and splits == 1,
+        fp8_scores=scores_asked and gluon and splits == 1 and fp8_f16_dot,
     )
 
 
@@ -538,6 +570,7 @@ def launch_kernel(
                 rows,
                 kv_fp8=scales is not None,
                 tma=_tma_copyable(q, k_cache, v_cache),
+                fp8_scores=plan.fp8_scores,
             ),
         )
     programs = num_items
