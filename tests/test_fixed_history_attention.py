@@ -1229,16 +1229,20 @@ if not _IN_CHILD:
         if not torch.cuda.is_available():
             assert not ops.gluon_supported(torch.device("cuda", 0))
 
-    def test_gluon_kernel_turned_off_by_its_environment_variable(monkeypatch, caplog):
+    def _pretend_hopper(monkeypatch):
+        """A Hopper GPU with 132 SMs (an H200) as far as gluon_supported and
+        the plans can tell; returns its device."""
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
-        # A Hopper GPU as far as gluon_supported can tell.
         monkeypatch.setattr(launch, "interpreting", lambda: False)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(launch, "_gluon_device", lambda idx: True)
         monkeypatch.setattr(torch.version, "hip", None)
-        monkeypatch.setattr(launch, "sm_count", lambda device: 132)  # an H200
-        cuda = torch.device("cuda", 0)
+        monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+        return torch.device("cuda", 0)
+
+    def test_gluon_kernel_turned_off_by_its_environment_variable(monkeypatch, caplog):
+        cuda = _pretend_hopper(monkeypatch)
         monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
         assert ops.gluon_supported(cuda)
         for value, on in [("0", False), (" Off", False), ("1", True), ("yes", True)]:
@@ -1263,15 +1267,7 @@ if not _IN_CHILD:
         )
 
     def test_fp8_scores_only_when_asked_for_by_the_environment(monkeypatch):
-        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
-
-        # A Hopper GPU as far as gluon_supported can tell.
-        monkeypatch.setattr(launch, "interpreting", lambda: False)
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(launch, "_gluon_device", lambda idx: True)
-        monkeypatch.setattr(torch.version, "hip", None)
-        monkeypatch.setattr(launch, "sm_count", lambda device: 132)  # an H200
-        cuda = torch.device("cuda", 0)
+        cuda = _pretend_hopper(monkeypatch)
         shapes = [(64, 8192, 8, 4096, 32, 8, 128), (32, 32768, 16, 4096, 32, 4, 128)]
         for value in (None, "1", "fp8-scores", " FP8-Scores ", "0"):
             if value is None:
