@@ -37,9 +37,10 @@ shape are printed next to each other. It then times:
               bandwidth of a large device-to-device copy (bytes read +
               written) measured in the same run.
 
-Timing: triton.testing.do_bench (CUDA events, L2 flushed before every
-iteration by zeroing a 256 MB buffer, median); ``--flush clean`` reads the
-buffer instead, so that the timed call has no dirty lines to write back
+Timing: medians of CUDA-event timings as triton.testing.do_bench takes
+them, the L2 emptied before every call by reading a 256 MB buffer, so that
+the timed call has no dirty lines to write back (the default since
+2026-12-02); ``--flush zero`` is do_bench's own way, zeroing the buffer
 (``FLUSH``). Each baseline's output is checked against the kernel's.
 Goals: every row at most 1.35x its own read floor (fp8 rows: the fp8 floor);
 bf16 rows also at least 10x gather+SDPA, judged only when SDPA ran (not with
