@@ -1094,8 +1094,9 @@ def _ws_tma_fp8_partition(
                 buf = it % NUM_BUF
                 if FP8_SCORES:
                     # K into the ring as soon as its buffer is free, its pages
-                    # read at each copy (loaded a tile ahead: 1.7-2.2% slower
-                    # at shapes 1-3 on the H200).
+                    # read at each copy (loaded an iteration ahead, before or
+                    # after the fence below: 2-3.5% slower at shapes 1-3 on
+                    # the H200).
                     freed = _timed_wait(
                         empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
                     )
