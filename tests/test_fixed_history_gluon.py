@@ -900,20 +900,17 @@ _KERNELS = {
         "f16_dots": True,
         "fp8_scores": True,
     },
+    # The launch's fp8_scores pipelines (64 rows: a ring of 3, 3 staged).
     "ws-fp8-scores-ring3-raw3": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
-        "fp8_scores": True,
-        "ring": 3,
-        "raw_slots": 3,
     },
     "ws-128rows-fp8-scores": {
         "warp_specialized": True,
         "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True),
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
-        "fp8_scores": True,
     },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
