@@ -25,6 +25,7 @@ import torch
 from test_fixed_history_attention import (
     Case,
     _assert_close,
+    _assert_within_e4m3_weights,
     _e4m3_pow2_rows,
     _fresh_seed,
     _make_inputs,
@@ -65,6 +66,7 @@ def _compile(
     swap_ab=False,
     wait_stats=False,
     fp8_scores=False,
+    fp8_pv=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -131,6 +133,7 @@ def _compile(
                 tma=tma,
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
+                fp8_pv=fp8_pv,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -366,6 +369,40 @@ def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
     # 3.9 keeps a few bytes on the stack.
     assert fp8.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
     assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
+
+
+@pytest.mark.parametrize("rows", [64, 128])
+def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
+    # fp8_pv (with fp8_scores): both MMAs 8-bit (QGMMA: 4 for S and 2 for
+    # P V per 64-row partition at D = 128 and 64-key tiles, no float16
+    # one), no e4m3 -> float16 conversion left, V's ring buffers in e4m3
+    # (less shared memory than fp8_scores alone); with the launch's options
+    # within its registers, without spills under Triton 3.7.
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
+
+    pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=True)
+    with_pv = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True)
+    assert with_pv.pop("fp8_pv") is True
+    options = dict(f16=True, maxnreg=128 if rows == 64 else 168)
+    if rows == 128:
+        options.update(rows=128)
+    scores = _compile(
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options, **pipeline
+    )
+    pv = _compile(
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_pv=True, **options, **with_pv
+    )
+    parts = rows // 64
+    assert pv.count("QGMMA") == 6 * parts, pv.instructions
+    assert pv.count("HGMMA") == 0, pv.instructions
+    assert (
+        pv.count("F2FP.F16.E4M3.UNPACK_B") == 0 < scores.count("F2FP.F16.E4M3.UNPACK_B")
+    )
+    assert pv.shared_bytes < scores.shared_bytes
+    assert pv.registers <= options["maxnreg"]
+    import triton
+
+    assert pv.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -912,6 +949,26 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
+    # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
+    # transposed into the ring (the launch's fp8_pv pipelines, and deeper).
+    "ws-fp8-pv": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        "f16_dots": True,
+    },
+    "ws-fp8-pv-ring4-raw4": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        "f16_dots": True,
+        "ring": 4,
+        "raw_slots": 4,
+    },
+    "ws-128rows-fp8-pv": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        "f16_dots": True,
+    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -1014,13 +1071,22 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     )
     torch.cuda.synchronize()
     fp8_scores = _KERNELS[kernel].get("fp8_scores", False)
+    fp8_pv = _KERNELS[kernel].get("fp8_pv", False)
     q_ref = _e4m3_pow2_rows(q) if fp8_scores else q
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
     what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"
-    _assert_close(out, ref, torch.bfloat16, rows, what)
+    if fp8_pv:
+        ref_abs_v = _reference_f64(
+            q_ref, k, v.double().abs(), bt, ctx, qsl, case.window, scale, fp8
+        )
+        _assert_within_e4m3_weights(out, ref, ref_abs_v, torch.bfloat16, rows, what)
+    else:
+        _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
-    if fp8_scores:
+    if fp8_scores and not fp8_pv:
+        # (With fp8_pv the weights' rounding hides q's; fp8_scores alone
+        # shows it.)
         exact = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
         got = out[:rows].double()
         near = (got - ref[:rows]).norm().item()

@@ -288,6 +288,16 @@ def _convert_layout(head_dim, narrow, num_warps):
 
 
 @gluon.constexpr_function
+def _transpose_layout(head_dim, num_warps):
+    """How the fp8 loader reads a staged e4m3 V tile to transpose it: 8 x 8
+    values per thread (8 keys of 8 neighbouring head-dim entries), so that
+    each thread reads 8-byte pieces of 8 keys' rows and, transposed, writes
+    8-byte pieces (8 neighbouring keys) of 8 head-dim rows."""
+    tpw_d = head_dim // (8 * num_warps)
+    return gl.BlockedLayout([8, 8], [32 // tpw_d, tpw_d], [1, num_warps], [1, 0])
+
+
+@gluon.constexpr_function
 def _mma_layout(n, num_warps, k=16):
     """The accumulator layout of a warpgroup MMA with ``n`` output columns
     (``k``: the instruction's depth, 32 for 8-bit operands; the accumulator's
@@ -367,14 +377,26 @@ def _softmax_weights(
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * gl.expand_dims(score_scale, 1) - gl.expand_dims(m_new, 1))
+    # e4m3 weights (P V on fp8 tensor cores) are 2^8 times the softmax's,
+    # in [0, 256] instead of [0, 1], where e4m3 keeps 3 bits down to 2^-14
+    # of the row's maximum; the row sums take the same factor, so the output
+    # does not change.
+    p_log2: gl.constexpr = _weights_log2(dtype)
+    p = gl.exp2(s * gl.expand_dims(score_scale, 1) - gl.expand_dims(m_new - p_log2, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
     p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=2
+        operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
     )
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     return p_op, m_new, l_i, alpha_o
+
+
+@gluon.constexpr_function
+def _weights_log2(dtype):
+    """log2 of the factor of the softmax weights as the MMA ``P V`` takes
+    them: 8 for e4m3 weights, else 0."""
+    return 8.0 if dtype.primitive_bitwidth == 8 else 0.0
 
 
 @gluon.jit
@@ -495,10 +517,13 @@ def _softmax_init(
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     num_warps: gl.constexpr,
+    PV_DEPTH: gl.constexpr = 16,
 ):
-    """Row maxima, row sums and the output accumulator before the first tile."""
+    """Row maxima, row sums and the output accumulator before the first tile
+    (``PV_DEPTH``: the depth of the ``P V`` instructions, 32 for 8-bit
+    operands)."""
     s_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
-    o_layout: gl.constexpr = _mma_layout(HEAD_DIM, num_warps)
+    o_layout: gl.constexpr = _mma_layout(HEAD_DIM, num_warps, PV_DEPTH)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -624,6 +649,7 @@ def _ws_load_partition(
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
     TMA: gl.constexpr, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -639,7 +665,7 @@ def _ws_load_partition(
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
     the caches' descriptors ``k_desc``/``v_desc``; those two record their
-    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``: see
+    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``, ``FP8_PV``: see
     ``_ws_tma_fp8_partition``."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
@@ -648,7 +674,7 @@ def _ws_load_partition(
             query_start_loc_ptr, window, num_reqs, stride_k_blk, stride_k_slot,
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr, FP8_SCORES,
+            HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr, FP8_SCORES, FP8_PV,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -1043,7 +1069,7 @@ def _ws_tma_fp8_partition(
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
-    stats_ptr=None, FP8_SCORES: gl.constexpr = False,
+    stats_ptr=None, FP8_SCORES: gl.constexpr = False, FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -1055,8 +1081,10 @@ def _ws_tma_fp8_partition(
     ``FP8_SCORES``: only V goes through the slots; once a ring buffer is
     free, the tile's K is staged by TMA straight into it (e4m3, for the fp8
     MMAs), its landing one of the buffer's two arrivals, the loader's after
-    converting V the other. ``stats_ptr``: see ``_store_stats`` (its waits
-    for landed tiles, then for free ring buffers)."""
+    converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V not
+    converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3).
+    ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
+    for free ring buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, 4)
     STATS: gl.constexpr = stats_ptr is not None
@@ -1111,8 +1139,12 @@ def _ws_tma_fp8_partition(
                         raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
                         STATS,
                     )  # fmt: skip
-                    v = v_raw.index(slot).load(cvt_layout)
-                    v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
+                    if FP8_PV:
+                        v = v_raw.index(slot).load(_transpose_layout(HEAD_DIM, 4))
+                        v_smem.index(buf).store(gl.permute(v, (1, 0)))
+                    else:
+                        v = v_raw.index(slot).load(cvt_layout)
+                        v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
                 else:
                     landed = _timed_wait(
                         raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
@@ -1373,6 +1405,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1386,7 +1419,11 @@ def _ws_mma_partition(
     ``stats_ptr`` (not ``None``): the cycles its waits for tiles took, in
     the default loop (``_store_stats``). ``FP8_SCORES``: q rounded to e4m3
     row by row (``_load_q``) and ``S = Q K^T`` on fp8 tensor cores with the
-    e4m3 K tiles as staged."""
+    e4m3 K tiles as staged. ``FP8_PV`` (with ``FP8_SCORES``, the default
+    loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
+    rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
+    transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
+    depth, contiguous, as 8-bit MMAs need)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1416,7 +1453,9 @@ def _ws_mma_partition(
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
             else:
-                m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS)
+                m_i, l_i, acc = _softmax_init(
+                    BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16
+                )
                 row_scale = _row_scales(
                     descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES
                 )
@@ -1433,8 +1472,11 @@ def _ws_mma_partition(
                             ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
                         )
                         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+                        v_buf = v_smem.index(buf)
+                        if FP8_PV:
+                            v_buf = v_buf.permute((1, 0))
                         m_i, l_i, acc = _finish_tile(
-                            s, v_smem.index(buf), m_i, l_i, acc,
+                            s, v_buf, m_i, l_i, acc,
                             first + t * BLOCK_N, lo, hi, row_scale,
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
@@ -1461,7 +1503,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1478,7 +1520,9 @@ def fixed_history_ws_kernel(
     loaders). ``FP8_SCORES`` (TMA, an fp8 cache, ``F16_DOTS``): the K
     tiles staged by TMA straight into the ring as e4m3 and ``S = Q K^T`` on
     fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
-    (``_ws_tma_fp8_partition``)."""
+    (``_ws_tma_fp8_partition``). ``FP8_PV`` (with ``FP8_SCORES``): ``P V``
+    on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
+    the ring instead of converting them."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -1500,7 +1544,18 @@ def fixed_history_ws_kernel(
         [NUM_BUF, BLOCK_N, HEAD_DIM],
         _tile_smem([BLOCK_N, HEAD_DIM], qk_dtype),
     )
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem)
+    if FP8_PV:
+        # The keys contiguous: the depth of P V (8-bit MMAs read their B
+        # operand along its depth only).
+        v_smem = gl.allocate_shared_memory(
+            kv_dtype,
+            [NUM_BUF, HEAD_DIM, BLOCK_N],
+            _tile_smem([HEAD_DIM, BLOCK_N], kv_dtype),
+        )
+    else:
+        v_smem = gl.allocate_shared_memory(
+            dtype, [NUM_BUF, BLOCK_N, HEAD_DIM], tile_smem
+        )
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     # FENCE_IN_MMA with a cache in q's dtype: every thread of the loading
@@ -1571,7 +1626,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1584,7 +1639,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1598,7 +1653,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES,
+                        FP8_SCORES, FP8_PV,
                     ),
                 ),
             ],
@@ -1618,7 +1673,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES,
+                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1632,7 +1687,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES,
+                        FP8_SCORES, FP8_PV,
                     ),
                 ),
             ],
@@ -1656,7 +1711,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False,
+    swap_ab=False, fp8_scores=False, fp8_pv=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1674,6 +1729,7 @@ def pipeline_constants(
         TMA=tma,
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
+        FP8_PV=fp8_pv,
     )
 
 
@@ -1793,6 +1849,7 @@ def fixed_history_attention_wgmma(
     tma=False,
     swap_ab=False,
     fp8_scores=False,
+    fp8_pv=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -1846,9 +1903,14 @@ def fixed_history_attention_wgmma(
     softmax scale applied to the scores, the K tiles staged by TMA straight
     into the ring, only V converted to float16 by the loader (shared memory
     per program: q in e4m3, ``ring`` e4m3 K and float16 V tiles, and
-    ``raw_slots`` staged V tiles). ``wait_stats`` (warp-specialized; a
-    measurement): an int64 tensor of at least ``programs x 3 x 4`` values
-    that each program's partitions fill (rows 0-1 multiplying, 2 loading):
+    ``raw_slots`` staged V tiles). ``fp8_pv`` (``fp8_scores``, not
+    ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
+    cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
+    e4m3 tiles transposed into the ring by the loader instead of converted
+    (e4m3 V tiles in the ring: half the shared memory). ``wait_stats``
+    (warp-specialized; a measurement): an int64 tensor of at least
+    ``programs x 3 x 4`` values that each program's partitions fill (rows
+    0-1 multiplying, 2 loading):
     cycles waited at their barriers (multiplying: for tiles, in the loop
     without ``overlap``/``swap_ab``; TMA loaders: for landed staged tiles,
     then for free ring buffers), cycles from start to end, tiles."""
@@ -1886,6 +1948,8 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
         )
+    if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
+        raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -1951,6 +2015,7 @@ def fixed_history_attention_wgmma(
                 tma=tma,
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
+                fp8_pv=fp8_pv,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
