@@ -1372,8 +1372,6 @@ if not _IN_CHILD:
             expected.update(ring=3, raw_slots=3)
         if pv:
             expected.update(fp8_pv=True)
-            if rows == 64:
-                expected.update(worker_regs=96)
         assert tma == expected
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():

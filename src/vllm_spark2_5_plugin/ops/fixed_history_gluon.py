@@ -289,12 +289,13 @@ def _convert_layout(head_dim, narrow, num_warps):
 
 @gluon.constexpr_function
 def _transpose_layout(head_dim, num_warps):
-    """How the fp8 loader reads a staged e4m3 V tile to transpose it: 8 x 8
-    values per thread (8 keys of 8 neighbouring head-dim entries), so that
-    each thread reads 8-byte pieces of 8 keys' rows and, transposed, writes
-    8-byte pieces (8 neighbouring keys) of 8 head-dim rows."""
-    tpw_d = head_dim // (8 * num_warps)
-    return gl.BlockedLayout([8, 8], [32 // tpw_d, tpw_d], [1, num_warps], [1, 0])
+    """How the fp8 loader reads a staged 64-key e4m3 V tile to transpose
+    it: 16 keys x 4 head-dim entries per thread, so that each thread reads
+    4-byte pieces of 16 keys' rows and, transposed (and in
+    ``_fp8_key_order``, which keeps each 16 keys together), writes 16-byte
+    pieces of 4 head-dim rows."""
+    tpw_d = head_dim // (4 * num_warps)
+    return gl.BlockedLayout([16, 4], [32 // tpw_d, tpw_d], [1, num_warps], [1, 0])
 
 
 @gluon.constexpr_function
@@ -388,8 +389,35 @@ def _softmax_weights(
     p_layout: gl.constexpr = gl.DotOperandLayout(
         operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
     )
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    p = p.to(dtype)
+    if dtype.primitive_bitwidth == 8:
+        p = _fp8_key_order(p, 1)
+    p_op = gl.convert_layout(p, p_layout)
     return p_op, m_new, l_i, alpha_o
+
+
+@gluon.jit
+def _fp8_key_order(x, AXIS: gl.constexpr):
+    """``x`` with its keys (along ``AXIS``, 0 or 1 of two, a multiple of 16)
+    in the order that 8-bit ``P V`` MMAs take them: position
+    ``16 h + 4 q + 2 e + b`` holds key ``16 h + 8 e + 2 q + b``. The
+    weights as the scores' accumulator leaves them in each thread are then
+    the A operand's values of the same thread (no exchange between
+    threads), provided that the loader stores V's keys in this order too
+    (``_transpose_layout``: 16 keys per thread, which the order keeps
+    together)."""
+    if AXIS == 0:
+        n: gl.constexpr = x.shape[0]
+        d: gl.constexpr = x.shape[1]
+        x = gl.reshape(x, [n // 16, 2, 4, 2, d])
+        x = gl.permute(x, (0, 2, 1, 3, 4))
+        return gl.reshape(x, [n, d])
+    else:
+        m: gl.constexpr = x.shape[0]
+        n: gl.constexpr = x.shape[1]
+        x = gl.reshape(x, [m, n // 16, 2, 4, 2])
+        x = gl.permute(x, (0, 1, 3, 2, 4))
+        return gl.reshape(x, [m, n])
 
 
 @gluon.constexpr_function
@@ -1141,6 +1169,7 @@ def _ws_tma_fp8_partition(
                     )  # fmt: skip
                     if FP8_PV:
                         v = v_raw.index(slot).load(_transpose_layout(HEAD_DIM, 4))
+                        v = _fp8_key_order(v, 0)
                         v_smem.index(buf).store(gl.permute(v, (1, 0)))
                     else:
                         v = v_raw.index(slot).load(cvt_layout)

@@ -163,8 +163,7 @@ def _gluon_pipeline(
     kernel's ``fp8_scores``, at 64 rows with a ring of 3 and 3 staged V
     tiles (the fastest of 2 + 2, 3 + 3, 4 + 1 and 3 + 4 at the fp8 shapes
     1-3, 2026-12-02). ``fp8_pv`` (with ``fp8_scores``): the kernel's
-    ``fp8_pv`` as well, with the same ring (64 rows: the loader at 96
-    registers per thread)."""
+    ``fp8_pv`` as well, with the same ring."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if tma:
         options.update(tma=True)
@@ -174,11 +173,6 @@ def _gluon_pipeline(
                 options.update(ring=3, raw_slots=3)
             if fp8_pv:
                 options.update(fp8_pv=True)
-                if rows == 64:
-                    # The multiplying warps need more than 144 registers
-                    # (the loader's 112 leave them no more: 8 bytes spilled
-                    # under Triton 3.7); with 96 neither spills.
-                    options.update(worker_regs=96)
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if not kv_fp8 and not tma:
