@@ -23,7 +23,12 @@ The same comparison runs on a draft trained elsewhere (the ~1B ``small``
 preset of ``benchmarks/dspark_serving.md``): ``SPARK2_5_ACCEPTANCE_CHECKPOINT``
 names the trained checkpoint and ``SPARK2_5_ACCEPTANCE_SEQUENCES`` the file that
 ``spark2_5-train-dspark --save-sequences`` wrote; the first prompts of that file
-(its held-out ones, then training ones) are served.
+(its held-out ones, then training ones) are served, ``SPARK2_5_ACCEPTANCE_PROMPTS``
+of them (default 48). With 48 requests at once the draft's fixed-history
+attention splits each request's keys and runs the Triton kernel; from about
+128 requests on (D = 128, 4 query heads per KV head, one split) it runs the
+Gluon kernel, whose opt-in fp8 scores (``SPARK2_5_GLUON=fp8-scores``) only
+then take part.
 
 Skipped without CUDA and a CUDA build of vLLM. Results also go to
 ``$SPARK2_5_ORACLE_OUT/acceptance.json`` when that variable is set.
@@ -43,7 +48,7 @@ pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 skip_without_gpu_vllm()
 
-NUM_PROMPTS = 48
+NUM_PROMPTS = int(os.environ.get("SPARK2_5_ACCEPTANCE_PROMPTS", "48"))
 PROMPT_LEN = 48
 GEN_LEN = 192
 TOLERANCE = 0.03

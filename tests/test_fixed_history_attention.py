@@ -265,11 +265,11 @@ def _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what):
 
 
 def _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what):
-    """The fp8 ``P V`` path (``LaunchPlan.fp8_pv``) against the reference fed
-    the same e4m3-rounded q: the weights rounded to e4m3 in the numerator
-    only (times 2^8, relative error <= 2^-4 each; below e4m3's normal range
-    an absolute error that the output shows at <= 2^-18 |v| per key, well
-    inside q's dtype's tolerance here), so per value
+    """The Gluon kernel's fp8 ``P V`` (its ``fp8_pv``) against the reference
+    fed the same e4m3-rounded q: the weights rounded to e4m3 in the
+    numerator only (times 2^8, relative error <= 2^-4 each; below e4m3's
+    normal range an absolute error that the output shows at <= 2^-18 |v|
+    per key, well inside q's dtype's tolerance here), so per value
     ``|out - ref| <= 2^-4 * sum_j w_j |v_j|`` (``ref_abs_v``: the reference
     with |V|) plus the output's own rounding; in norm (unbiased errors) a
     few percent, and 5% is asserted. A V tile in the wrong order breaks the
@@ -345,11 +345,6 @@ def _run_and_check(
     if e4m3:
         v_max = (v.double() * fp8_scales[1]).abs().max().item()
         _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what)
-    elif fp8_scales is not None and plan is not None and plan.fp8_pv:
-        ref_abs_v = _reference_f64(
-            q_ref, k, v.double().abs(), bt, ctx, qsl, window, scale, fp8_scales
-        )
-        _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what)
     else:
         _assert_close(out, ref, dtype, rows, what)
     if extra_rows:
@@ -1293,42 +1288,34 @@ if not _IN_CHILD:
     def test_fp8_scores_only_when_asked_for_by_the_environment(monkeypatch):
         cuda = _pretend_hopper(monkeypatch)
         shapes = [(64, 8192, 8, 4096, 32, 8, 128), (32, 32768, 16, 4096, 32, 4, 128)]
-        values = (None, "1", "fp8-scores", " FP8-Scores ", "fp8-pv", " FP8-PV", "0")
-        for value in values:
+        for value in (None, "1", "fp8-scores", " FP8-Scores ", "0"):
             if value is None:
                 monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
             else:
                 monkeypatch.setenv("SPARK2_5_GLUON", value)
-            word = "" if value is None else value.strip().lower()
-            pv_asked = word == "fp8-pv"
-            asked = word == "fp8-scores" or pv_asked
+            asked = value is not None and value.strip().lower() == "fp8-scores"
             for shape in shapes:
                 fp8 = ops.uniform_batch_plan(shape, device=cuda, kv_fp8=True)
                 bf16 = ops.uniform_batch_plan(shape, device=cuda)
                 assert fp8.gluon is (value != "0"), (value, fp8)
                 # fp8 caches on the Gluon kernel, and only when asked.
                 assert fp8.fp8_scores is asked, (value, fp8)
-                assert fp8.fp8_pv is pv_asked, (value, fp8)
-                assert not bf16.fp8_scores and not bf16.fp8_pv, (value, bf16)
+                assert not bf16.fp8_scores, (value, bf16)
         # Where the Gluon kernel does not run (D = 64), never.
-        for value in ("fp8-scores", "fp8-pv"):
-            monkeypatch.setenv("SPARK2_5_GLUON", value)
-            d64 = ops.uniform_batch_plan(
-                (128, 8192, 8, 4096, 16, 16, 64), device=cuda, kv_fp8=True
-            )
-            assert not d64.gluon and not d64.fp8_scores and not d64.fp8_pv
+        monkeypatch.setenv("SPARK2_5_GLUON", "fp8-scores")
+        d64 = ops.uniform_batch_plan(
+            (128, 8192, 8, 4096, 16, 16, 64), device=cuda, kv_fp8=True
+        )
+        assert not d64.gluon and not d64.fp8_scores
 
     def test_plan_refuses_fp8_scores_off_the_gluon_float16_path():
         with pytest.raises(ValueError, match="fp8_scores needs gluon=True"):
             _plan(16, 64, fp8_f16_dot=True, fp8_scores=True)
         with pytest.raises(ValueError, match="fp8_scores needs gluon=True"):
             _plan(16, 64, gluon=True, fp8_scores=True)
-        with pytest.raises(ValueError, match="fp8_pv needs fp8_scores=True"):
-            _plan(16, 64, gluon=True, fp8_f16_dot=True, fp8_pv=True)
 
-    @pytest.mark.parametrize("pv", [False, True], ids=["scores", "scores-pv"])
     @pytest.mark.parametrize("rows", [64, 128])
-    def test_launch_hands_fp8_scores_to_the_gluon_kernel(rows, pv):
+    def test_launch_hands_fp8_scores_to_the_gluon_kernel(rows):
         # With fp8_scores in the plan, the Gluon kernel gets it where TMA
         # copies the fp8 cache (at 64 rows with a ring of 3 and 3 staged
         # tiles), and not where TMA cannot (the plan's other choices stay).
@@ -1349,7 +1336,7 @@ if not _IN_CHILD:
 
         plan = _plan(
             rows // 8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True,
-            fp8_scores=True, fp8_pv=pv,
+            fp8_scores=True,
         )  # fmt: skip
         row = k.shape[2] * k.shape[3]
         padded = torch.zeros(*k.shape[:2], row + 4, dtype=k.dtype)
@@ -1370,9 +1357,39 @@ if not _IN_CHILD:
         expected.update(tma=True, fp8_scores=True)
         if rows == 64:
             expected.update(ring=3, raw_slots=3)
-        if pv:
-            expected.update(fp8_pv=True)
         assert tma == expected
+
+    def test_launch_logs_once_which_kernel_runs(caplog):
+        # One INFO line per kind of launch and process, naming the kernel,
+        # its tile rows, the cache and the Gluon kernel's switches: the log
+        # of a served model says which kernels its draft ran.
+        from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+        from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+        case = Case([40, 7], [4, 3], 32, 32, 4, 128, 16)
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cpu", seed=0, fp8_scales=(0.5, 2.0)
+        )
+        kv = PagedKV(k, v, bt, ctx, qsl, (torch.tensor(0.5), torch.tensor(2.0)))
+        plan = _plan(
+            8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True, fp8_scores=True
+        )
+        launch._announce.cache_clear()
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(
+                gluon_ops, "fixed_history_attention_wgmma", lambda *a, **kw: a[8]
+            ),
+            caplog.at_level("INFO", logger="vllm.spark2_5_plugin.ops"),
+        ):
+            for _ in range(3):
+                launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), plan)
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == [
+            "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
+            "(fp8_scores, narrow_convert, tma)"
+        ], lines
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):
@@ -1957,25 +1974,6 @@ if not _IN_CHILD:
         plan = dataclasses.replace(plan, fp8_scores=True)
         _run_and_check(
             case, dtype=dtype, device="cuda", plan=plan, fp8_scales=(0.02, 3.0),
-            extra_rows=3,
-        )  # fmt: skip
-
-    @pytest.mark.cuda
-    @_no_cuda
-    @pytest.mark.parametrize(
-        "fp8", [(0.02, 3.0), (3.0, 0.02)], ids=["k-small", "v-small"]
-    )
-    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-    @pytest.mark.parametrize("name", sorted(_GLUON_CASES))
-    def test_cuda_fp8_pv_through_the_launch(name, dtype, fp8):
-        """The plan's fp8_pv through the public API: within the bound that
-        e4m3 softmax weights allow, against the reference fed q rounded as
-        the kernel rounds it."""
-        case, plan = _gluon_case(name, True, extra_rows=3)
-        assert plan.fp8_f16_dot, plan
-        plan = dataclasses.replace(plan, fp8_scores=True, fp8_pv=True)
-        _run_and_check(
-            case, dtype=dtype, device="cuda", plan=plan, fp8_scales=fp8,
             extra_rows=3,
         )  # fmt: skip
 

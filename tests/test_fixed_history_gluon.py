@@ -376,13 +376,12 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # fp8_pv (with fp8_scores): both MMAs 8-bit (QGMMA: 4 for S and 2 for
     # P V per 64-row partition at D = 128 and 64-key tiles, no float16
     # one), no e4m3 -> float16 conversion left, V's ring buffers in e4m3
-    # (less shared memory than fp8_scores alone); with the launch's options
-    # within its registers, without spills under Triton 3.7.
+    # (less shared memory than fp8_scores alone); with the launch's
+    # fp8_scores options within its registers, without spills under
+    # Triton 3.7.
     from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
 
     pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=True)
-    with_pv = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True)
-    assert with_pv.pop("fp8_pv") is True
     options = dict(f16=True, maxnreg=128 if rows == 64 else 168)
     if rows == 128:
         options.update(rows=128)
@@ -390,7 +389,7 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
         "fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options, **pipeline
     )
     pv = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_pv=True, **options, **with_pv
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_pv=True, **options, **pipeline
     )
     parts = rows // 64
     assert pv.count("QGMMA") == 6 * parts, pv.instructions
@@ -950,24 +949,28 @@ _KERNELS = {
         "f16_dots": True,
     },
     # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
-    # transposed into the ring (the launch's fp8_pv pipelines, and deeper).
+    # transposed into the ring (the launch's fp8_scores pipelines, and
+    # deeper; not in the policy: slower, see the kernel's fp8_pv).
     "ws-fp8-pv": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
+        "fp8_pv": True,
     },
     "ws-fp8-pv-ring4-raw4": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
+        "fp8_pv": True,
         "ring": 4,
         "raw_slots": 4,
     },
     "ws-128rows-fp8-pv": {
         "warp_specialized": True,
         "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, fp8_pv=True),
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
+        "fp8_pv": True,
     },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {

@@ -30,12 +30,10 @@ _SM_COUNT: dict[int, int] = {}
 # "0" (or false/no/off) keeps the Triton kernel where the Gluon kernel would
 # run: a way around it without a code change, and the A/B of the two inside
 # vLLM. "fp8-scores" leaves it on and opts fp8 caches into its fp8 scores
-# (``LaunchPlan.fp8_scores``), "fp8-pv" into those and its fp8 P V
-# (``LaunchPlan.fp8_pv``).
+# (``LaunchPlan.fp8_scores``).
 GLUON_ENV = "SPARK2_5_GLUON"
-_FP8_SCORES, _FP8_PV = "fp8-scores", "fp8-pv"
-_OFF = ("0", "false", "no", "off")
-_ON = ("", "1", "true", "yes", "on", _FP8_SCORES, _FP8_PV)
+_FP8_SCORES = "fp8-scores"
+_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", _FP8_SCORES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +61,6 @@ class LaunchPlan:
     Gluon kernel copies the fp8 cache by TMA, ``Q K^T`` on fp8 tensor cores
     with each row of q rounded to e4m3; this changes the numerics
     (``docs/kernel.md``, the Gluon kernel's ``fp8_scores``).
-    ``fp8_pv`` (``fp8_scores``, opt-in: chosen only under
-    ``SPARK2_5_GLUON=fp8-pv``): ``P V`` on fp8 tensor cores as well, the
-    softmax weights rounded to e4m3 (``docs/kernel.md``, the Gluon kernel's
-    ``fp8_pv``).
     """
 
     block_q: int  # queries of one request per tile
@@ -80,7 +74,6 @@ class LaunchPlan:
     fp8_e4m3_dot: bool = False
     gluon: bool = False
     fp8_scores: bool = False
-    fp8_pv: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -121,8 +114,6 @@ class LaunchPlan:
                 "fp8_scores needs gluon=True and fp8_f16_dot=True, got "
                 f"gluon={self.gluon}, fp8_f16_dot={self.fp8_f16_dot}"
             )
-        if self.fp8_pv and not self.fp8_scores:
-            raise ValueError("fp8_pv needs fp8_scores=True")
         if self.programs_per_sm and self.num_splits != 1:
             raise ValueError(
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
@@ -135,12 +126,7 @@ class LaunchPlan:
 
 
 def _gluon_pipeline(
-    rows: int,
-    *,
-    kv_fp8: bool,
-    tma: bool = False,
-    fp8_scores: bool = False,
-    fp8_pv: bool = False,
+    rows: int, *, kv_fp8: bool, tma: bool = False, fp8_scores: bool = False
 ) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
@@ -162,8 +148,7 @@ def _gluon_pipeline(
     (no gain). ``fp8_scores`` (fp8 caches copied by TMA; else ignored): the
     kernel's ``fp8_scores``, at 64 rows with a ring of 3 and 3 staged V
     tiles (the fastest of 2 + 2, 3 + 3, 4 + 1 and 3 + 4 at the fp8 shapes
-    1-3, 2026-12-02). ``fp8_pv`` (with ``fp8_scores``): the kernel's
-    ``fp8_pv`` as well, with the same ring."""
+    1-3, 2026-12-02)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if tma:
         options.update(tma=True)
@@ -171,8 +156,6 @@ def _gluon_pipeline(
             options.update(fp8_scores=True)
             if rows == 64:
                 options.update(ring=3, raw_slots=3)
-            if fp8_pv:
-                options.update(fp8_pv=True)
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if not kv_fp8 and not tma:
@@ -250,14 +233,8 @@ def gluon_allowed(value: str | None) -> bool:
 
 def gluon_fp8_scores(value: str | None) -> bool:
     """Whether ``SPARK2_5_GLUON`` (its value) opts fp8 caches into the Gluon
-    kernel's fp8 scores (``fp8-scores``, or ``fp8-pv``, which implies them)."""
-    return (value or "").strip().lower() in (_FP8_SCORES, _FP8_PV)
-
-
-def gluon_fp8_pv(value: str | None) -> bool:
-    """Whether ``SPARK2_5_GLUON`` (its value) opts fp8 caches into the Gluon
-    kernel's fp8 scores and fp8 ``P V`` (``fp8-pv``)."""
-    return (value or "").strip().lower() == _FP8_PV
+    kernel's fp8 scores (``fp8-scores``)."""
+    return (value or "").strip().lower() == _FP8_SCORES
 
 
 def gluon_supported(device: torch.device) -> bool:
@@ -323,7 +300,6 @@ def plan_launch(
         torch.version.hip is None,  # not a ROCm build of torch
         gluon_supported(device),
         gluon_fp8_scores(os.environ.get(GLUON_ENV)),
-        gluon_fp8_pv(os.environ.get(GLUON_ENV)),
     )
     shape = (num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8)
     return _plan(shape, sliding_window, max_kv_len, device_facts)
@@ -334,15 +310,14 @@ def _plan(
     shape: tuple[int, int, int, int, int, bool],
     sliding_window: int | None,
     max_kv_len: int,
-    device_facts: tuple[int, bool, bool, bool, bool, bool],
+    device_facts: tuple[int, bool, bool, bool, bool],
 ) -> LaunchPlan:
     """:func:`plan_launch` from host values only: ``shape`` holds its shape
     arguments and ``kv_fp8``, ``device_facts`` the SM count, whether the
     device is a GPU, an NVIDIA one, one the Gluon kernel runs on, and
-    whether fp8 scores and fp8 ``P V`` are asked for
-    (``SPARK2_5_GLUON=fp8-scores`` / ``fp8-pv``)."""
+    whether fp8 scores are asked for (``SPARK2_5_GLUON=fp8-scores``)."""
     num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8 = shape
-    num_sms, on_cuda, nvidia, gluon_ok, scores_asked, pv_asked = device_facts
+    num_sms, on_cuda, nvidia, gluon_ok, scores_asked = device_facts
     group = num_heads // num_kv_heads
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -453,7 +428,6 @@ def _plan(
     if splits > 1 or not on_cuda or not nvidia:
         persistent = 0
     fp8_f16_dot = kv_fp8 and (head_dim <= 64 or (gluon and splits == 1))
-    fp8_scores = scores_asked and gluon and splits == 1 and fp8_f16_dot
     return LaunchPlan(
         block_q=block_q,
         block_n=block_n,
@@ -468,8 +442,7 @@ def _plan(
         # values per thread (2026-12-02), gains 5% from them at shapes 1-4.
         fp8_f16_dot=fp8_f16_dot,
         gluon=gluon and splits == 1,
-        fp8_scores=fp8_scores,
-        fp8_pv=fp8_scores and pv_asked,
+        fp8_scores=scores_asked and gluon and splits == 1 and fp8_f16_dot,
     )
 
 
@@ -537,6 +510,20 @@ def kernel_constants(
     )
 
 
+@functools.cache
+def _announce(kernel: str, rows: int, kv_fp8: bool, options: tuple = ()) -> None:
+    """Log once per process and kind of launch which kernel runs it (at INFO,
+    vLLM's level): where several kernels can serve one model, the log says
+    which ones did. ``options``: the Gluon kernel's switches that are on."""
+    logging.getLogger("vllm.spark2_5_plugin.ops").info(
+        "fixed-history attention: %s kernel, %d-row tiles, %s cache%s",
+        kernel,
+        rows,
+        "fp8" if kv_fp8 else "16-bit",
+        f" ({', '.join(options)})" if options else "",
+    )
+
+
 def launch_kernel(
     q: torch.Tensor,
     kv: PagedKV,
@@ -587,20 +574,28 @@ def launch_kernel(
         )
 
         k_scale, v_scale = (None, None) if scales is None else scales
+        pipeline = _gluon_pipeline(
+            rows,
+            kv_fp8=scales is not None,
+            tma=_tma_copyable(q, k_cache, v_cache),
+            fp8_scores=plan.fp8_scores,
+        )
+        on = tuple(sorted(k for k, v in pipeline.items() if v is True))
+        _announce("Gluon", rows, scales is not None, on)
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
             *(window, scale, out, k_scale, v_scale),
             warp_specialized=True,
             f16_dots=plan.fp8_f16_dot,
             rows=rows,
-            **_gluon_pipeline(
-                rows,
-                kv_fp8=scales is not None,
-                tma=_tma_copyable(q, k_cache, v_cache),
-                fp8_scores=plan.fp8_scores,
-                fp8_pv=plan.fp8_pv,
-            ),
+            **pipeline,
         )
+    _announce(
+        "Triton",
+        plan.tile_rows(num_heads // num_kv_heads),
+        scales is not None,
+        (f"{splits} key splits",),
+    )
     programs = num_items
     if plan.programs_per_sm:
         # From shapes and the cached SM count only: stays graph-capturable.
