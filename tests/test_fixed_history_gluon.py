@@ -67,7 +67,6 @@ def _compile(
     wait_stats=False,
     fp8_scores=False,
     fp8_pv=False,
-    prefetch_q=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -135,7 +134,6 @@ def _compile(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                prefetch_q=prefetch_q,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -856,20 +854,6 @@ _KERNELS = {
     # keys outside the window by cp.async: the launch's choice for 64-row
     # tiles of a bf16 cache.
     "ws-tma": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=False, tma=True)},
-    # The next pass's q and the next item's request data loaded before a
-    # pass's output is stored (the launch's pipelines, and cp.async copies).
-    "ws-tma-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=False, tma=True),
-        "prefetch_q": True,
-    },
-    "ws-128rows-tma-prefetch-q": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=False, tma=True),
-        "prefetch_q": True,
-    },
-    "ws-prefetch-q": {"warp_specialized": True, "prefetch_q": True},
     # fp8: raw tiles staged by TMA, read back 8 values per thread.
     "ws-tma-narrow": {"warp_specialized": True, "tma": True, "narrow_convert": True},
     "ws-128rows-split-tma-narrow-ring4": {
@@ -987,12 +971,6 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
-    },
-    "ws-fp8-scores-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "prefetch_q": True,
     },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {

@@ -1,3 +1,6 @@
+# Ran the code of commit 03c055f (prefetch_q), reverted after this lease:
+# correct (83 GPU tests passed) but 2-7% slower at every shape timed
+# (lease-e/sweep.txt; 24-88 bytes spilled per thread under Triton 3.7).
 # Bare H200 with Triton 3.7.1 in /tmp/t371 (2026-12-02, sixteenth session):
 # prefetch_q (the next pass's q and the next item's request data loaded
 # before a pass's output is stored) - its GPU tests, then timed in CUDA

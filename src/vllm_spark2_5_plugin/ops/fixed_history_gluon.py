@@ -117,40 +117,17 @@ def _item_range(
     start (``lo`` rounded down to a multiple of ``ALIGN``: a page for TMA,
     which copies whole pages), the key range ``lo .. hi - 1`` (the window's
     last keys and the draft block) and the key tiles of an item."""
-    q_first, num_q, ctx_len = _item_loads(
-        item, context_lens_ptr, query_start_loc_ptr, NUM_KV_HEADS
-    )
-    kv_head, first, lo, hi, n_tiles = _item_bounds(
-        item, num_q, ctx_len, window, HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, ALIGN
-    )
-    return item // NUM_KV_HEADS, kv_head, q_first, num_q, first, lo, hi, n_tiles
-
-
-@gluon.jit
-def _item_loads(
-    item, context_lens_ptr, query_start_loc_ptr, NUM_KV_HEADS: gl.constexpr
-):
-    """What ``_item_range`` reads from memory: the item's first query row,
-    query count and context length."""
+    kv_head = item % NUM_KV_HEADS
     req = item // NUM_KV_HEADS
     q_first = gl.load(query_start_loc_ptr + req)
     num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
-    return q_first, num_q, gl.load(context_lens_ptr + req)
-
-
-@gluon.jit
-def _item_bounds(
-    item, num_q, ctx_len, window, HAS_WINDOW: gl.constexpr,
-    NUM_KV_HEADS: gl.constexpr, BLOCK_N: gl.constexpr, ALIGN: gl.constexpr,
-):  # fmt: skip
-    """The rest of ``_item_range``, from ``_item_loads``' values."""
-    kv_head = item % NUM_KV_HEADS
+    ctx_len = gl.load(context_lens_ptr + req)
     hi = ctx_len + num_q
     lo = 0
     if HAS_WINDOW:
         lo = gl.maximum(ctx_len - window, 0)
     first = lo - lo % ALIGN
-    return kv_head, first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
+    return req, kv_head, q_first, num_q, first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
 
 
 @gluon.jit
@@ -481,37 +458,13 @@ def _load_q(
     row's scores take (``FP8_SCORES``: ``q_factor`` over the row's power of
     two; else 1). An all-zero row, a padding row, stays 0. The caller's
     previous MMAs on ``q_smem`` have completed."""
-    q = _fetch_q(
-        q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h, GROUP,
-        q_smem.shape[0], q_smem.shape[1], num_warps,
-    )  # fmt: skip
-    return _stage_q(q_smem, q, q_factor, F16_DOTS, FP8_SCORES)
-
-
-@gluon.jit
-def _fetch_q(
-    q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
-    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    num_warps: gl.constexpr,
-):  # fmt: skip
-    """A tile of q (``BLOCK_M`` rows from query ``q_base`` of the request)
-    into registers, the rows past ``num_q`` zero: the first half of
-    ``_load_q``, which a loop can issue a tile ahead."""
+    HEAD_DIM: gl.constexpr = q_smem.shape[1]
     layout: gl.constexpr = _kv_layout(HEAD_DIM, False, num_warps)
     ptrs, mask = _row_ptrs(
         q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
-        GROUP, BLOCK_M, HEAD_DIM, layout,
+        GROUP, q_smem.shape[0], HEAD_DIM, layout,
     )  # fmt: skip
-    return gl.load(ptrs, mask=mask, other=0.0)
-
-
-@gluon.jit
-def _stage_q(
-    q_smem, q, q_factor, F16_DOTS: gl.constexpr, FP8_SCORES: gl.constexpr = False
-):
-    """The second half of ``_load_q``: ``q`` from ``_fetch_q`` scaled,
-    rounded and stored into ``q_smem``; returns the rows' descale."""
-    layout: gl.constexpr = q.type.layout
+    q = gl.load(ptrs, mask=mask, other=0.0)
     if FP8_SCORES:
         # An exact scaling, so that the rounding is e4m3's alone: 2^(7 - E)
         # for a row maximum of 2^E times [1, 2), built from E's bits (a
@@ -1481,7 +1434,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False, PREFETCH_Q: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1499,10 +1452,7 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need). ``PREFETCH_Q``: the next pass's
-    tile of q (and the next item's request data) loaded before this pass's
-    output is stored (``_fetch_q``), so that their latency stays off the
-    boundary between items."""
+    depth, contiguous, as 8-bit MMAs need)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1511,41 +1461,17 @@ def _ws_mma_partition(
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
     num_items = num_reqs * NUM_KV_HEADS
-    step = gl.num_programs(0)
-    if PREFETCH_Q:
-        # This item's request data and first tile of q, loaded ahead.
-        q_first, num_q, ctx_len = _item_loads(
-            gl.program_id(0), context_lens_ptr, query_start_loc_ptr, NUM_KV_HEADS
-        )
-        q_next = _fetch_q(
-            q_ptr, q_first, Q_OFFSET, num_q, gl.program_id(0) % NUM_KV_HEADS,
-            stride_q_t, stride_q_h, GROUP, BLOCK_M, HEAD_DIM, MMA_WARPS,
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        _, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
-    for item in range(gl.program_id(0), num_items, step):
-        if PREFETCH_Q:
-            kv_head, first, lo, hi, n_tiles = _item_bounds(
-                item, num_q, ctx_len, window, HAS_WINDOW, NUM_KV_HEADS, BLOCK_N,
-                ALIGN,
-            )  # fmt: skip
-            # The next item's (this one's again past the last: unused).
-            n_item = gl.minimum(item + step, num_items - 1)
-            n_q_first, n_num_q, n_ctx_len = _item_loads(
-                n_item, context_lens_ptr, query_start_loc_ptr, NUM_KV_HEADS
-            )
-        else:
-            _, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
-                item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
-                NUM_KV_HEADS, BLOCK_N, ALIGN,
-            )  # fmt: skip
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
-            if PREFETCH_Q:
-                descale = _stage_q(q_smem, q_next, q_factor, F16_DOTS, FP8_SCORES)
-            else:
-                descale = _load_q(
-                    q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                    stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
-                )  # fmt: skip
+            descale = _load_q(
+                q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
+                stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
+            )  # fmt: skip
             if SWAP_AB:
                 l_part, acc_t, it = _swapped_tiles(
                     q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles,
@@ -1584,30 +1510,10 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
-                if PREFETCH_Q:
-                    if pass_base + PASS_Q < num_q:
-                        q_next = _fetch_q(
-                            q_ptr, q_first, q_base + PASS_Q, num_q, kv_head,
-                            stride_q_t, stride_q_h, GROUP, BLOCK_M, HEAD_DIM,
-                            MMA_WARPS,
-                        )  # fmt: skip
-                    else:
-                        q_next = _fetch_q(
-                            q_ptr, n_q_first, Q_OFFSET, n_num_q, n_item % NUM_KV_HEADS,
-                            stride_q_t, stride_q_h, GROUP, BLOCK_M, HEAD_DIM,
-                            MMA_WARPS,
-                        )  # fmt: skip
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
-        if PREFETCH_Q:
-            if num_q == 0:  # no pass: the next item's q not loaded yet
-                q_next = _fetch_q(
-                    q_ptr, n_q_first, Q_OFFSET, n_num_q, n_item % NUM_KV_HEADS,
-                    stride_q_t, stride_q_h, GROUP, BLOCK_M, HEAD_DIM, MMA_WARPS,
-                )  # fmt: skip
-            q_first, num_q, ctx_len = n_q_first, n_num_q, n_ctx_len
     if STATS:
         _store_stats(stats_ptr, ME, waited, waited * 0, started, it)
 
@@ -1626,8 +1532,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, PREFETCH_Q: gl.constexpr,
-    num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1646,8 +1551,7 @@ def fixed_history_ws_kernel(
     fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
     (``_ws_tma_fp8_partition``). ``FP8_PV`` (with ``FP8_SCORES``): ``P V``
     on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
-    the ring instead of converting them. ``PREFETCH_Q`` (not ``SWAP_AB``):
-    see ``_ws_mma_partition``."""
+    the ring instead of converting them."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -1751,7 +1655,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1764,7 +1668,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1799,7 +1703,6 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1837,7 +1740,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False, prefetch_q=False,
+    swap_ab=False, fp8_scores=False, fp8_pv=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1856,7 +1759,6 @@ def pipeline_constants(
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
-        PREFETCH_Q=prefetch_q,
     )
 
 
@@ -1977,7 +1879,6 @@ def fixed_history_attention_wgmma(
     swap_ab=False,
     fp8_scores=False,
     fp8_pv=False,
-    prefetch_q=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2035,10 +1936,7 @@ def fixed_history_attention_wgmma(
     ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
     cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
     e4m3 tiles transposed into the ring by the loader instead of converted
-    (e4m3 V tiles in the ring: half the shared memory). ``prefetch_q``
-    (warp-specialized, not ``swap_ab``): the multiplying warps load the
-    next pass's tile of q and the next item's request data before storing
-    a pass's output, instead of after. ``wait_stats``
+    (e4m3 V tiles in the ring: half the shared memory). ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2079,8 +1977,6 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
         )
-    if prefetch_q and (swap_ab or not warp_specialized):
-        raise ValueError("prefetch_q needs warp_specialized=True and swap_ab=False")
     if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
         raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
@@ -2149,7 +2045,6 @@ def fixed_history_attention_wgmma(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                prefetch_q=prefetch_q,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
