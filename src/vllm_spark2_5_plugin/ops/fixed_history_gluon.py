@@ -49,7 +49,9 @@ key split (no partial results):
   ``FP8_SCORES`` (not in the policy: it rounds q to e4m3) computes
   ``S = Q K^T`` on fp8 tensor cores with the K tiles as TMA staged them,
   so that the loader converts V only (fp8 shapes 1-4: 1.33, 1.28, 1.51
-  and 2.47 times the floor).
+  and 2.47 times the floor). ``FP8_PV`` (with it; not in the policy:
+  19-28% slower at fp8 shapes 1-3, the loader's transposition of V
+  setting the pace) computes ``O += P V`` on fp8 tensor cores as well.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
