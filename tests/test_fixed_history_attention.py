@@ -283,6 +283,25 @@ def _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what):
     assert rel < 0.05, f"{what}: relative error {rel:.3e}"
 
 
+def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
+    """``plan``, or where it is ``None`` the plan the launch picks for these
+    inputs (with an fp8 cache, as the tests call it): under
+    ``SPARK2_5_GLUON=fp8-scores`` on a Hopper GPU it has ``fp8_scores``."""
+    if plan is not None:
+        return plan
+    return ops.plan_launch(
+        num_tokens=q.shape[0],
+        num_reqs=context_lens.shape[0],
+        num_heads=q.shape[1],
+        num_kv_heads=k_cache.shape[2],
+        head_dim=q.shape[2],
+        sliding_window=window,
+        max_kv_len=block_table.shape[1] * k_cache.shape[1],
+        device=q.device,
+        kv_fp8=True,
+    )
+
+
 def _run_and_check(
     case,
     *,
@@ -319,7 +338,7 @@ def _run_and_check(
     window, scale = case.window, case.head_dim**-0.5
     e4m3 = fp8_scales is not None and plan is not None and plan.fp8_e4m3_dot
     q_ref = _e4m3_rows(q) if e4m3 else q
-    if fp8_scales is not None and plan is not None and plan.fp8_scores:
+    if fp8_scales is not None and _launch_plan(plan, q, k, bt, ctx, window).fp8_scores:
         q_ref = _e4m3_pow2_rows(q)
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, window, scale, fp8_scales)
     kwargs = _scale_args(fp8_scales, scale_form, device)
