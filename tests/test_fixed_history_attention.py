@@ -37,6 +37,7 @@ import os
 import random
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import NamedTuple
 from unittest import mock
@@ -98,7 +99,10 @@ def fp8_f16_dot(request, monkeypatch):
     assert ops.plan_launch is policy
 
     def plan_launch(**kwargs):
-        return dataclasses.replace(policy(**kwargs), fp8_f16_dot=request.param)
+        plan = policy(**kwargs)
+        # fp8 scores (SPARK2_5_GLUON=fp8-scores) need float16 dots.
+        scores = plan.fp8_scores and request.param
+        return dataclasses.replace(plan, fp8_f16_dot=request.param, fp8_scores=scores)
 
     monkeypatch.setattr(launch, "plan_launch", plan_launch)
     return request.param
@@ -285,11 +289,14 @@ def _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what):
 
 def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
     """``plan``, or where it is ``None`` the plan the launch picks for these
-    inputs (with an fp8 cache, as the tests call it): under
-    ``SPARK2_5_GLUON=fp8-scores`` on a Hopper GPU it has ``fp8_scores``."""
+    inputs (with an fp8 cache, as the tests call it; a fixture's stand-in
+    for the policy included): under ``SPARK2_5_GLUON=fp8-scores`` on a
+    Hopper GPU it has ``fp8_scores``."""
+    from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
     if plan is not None:
         return plan
-    return ops.plan_launch(
+    return launch.plan_launch(
         num_tokens=q.shape[0],
         num_reqs=context_lens.shape[0],
         num_heads=q.shape[1],
@@ -1326,6 +1333,30 @@ if not _IN_CHILD:
             (128, 8192, 8, 4096, 16, 16, 64), device=cuda, kv_fp8=True
         )
         assert not d64.gluon and not d64.fp8_scores
+
+    def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
+        # The fixture forcing each fp8 dot into the policy's plans: under
+        # SPARK2_5_GLUON=fp8-scores the plans keep fp8 scores with float16
+        # dots and drop them without (LaunchPlan refuses them there), and
+        # the reference the API tests pick follows the plan the launch runs.
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        cuda = _pretend_hopper(monkeypatch)
+        monkeypatch.setenv("SPARK2_5_GLUON", "fp8-scores")
+        kwargs = dict(
+            num_tokens=64 * 8, num_reqs=64, num_heads=32, num_kv_heads=8,
+            head_dim=128, sliding_window=4096, max_kv_len=8192 + 16, device=cuda,
+            kv_fp8=True,
+        )  # fmt: skip
+        plan = launch.plan_launch(**kwargs)
+        assert plan.gluon and plan.fp8_f16_dot is fp8_f16_dot
+        assert plan.fp8_scores is fp8_f16_dot
+        # The shapes the launch reads, on the pretended GPU.
+        q = types.SimpleNamespace(shape=(64 * 8, 32, 128), device=cuda)
+        k = types.SimpleNamespace(shape=(4, 16, 8, 128))
+        bt = types.SimpleNamespace(shape=(64, 513))
+        ctx = types.SimpleNamespace(shape=(64,))
+        assert _launch_plan(None, q, k, bt, ctx, 4096) == plan
 
     def test_plan_refuses_fp8_scores_off_the_gluon_float16_path():
         with pytest.raises(ValueError, match="fp8_scores needs gluon=True"):
