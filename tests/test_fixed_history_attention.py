@@ -1425,20 +1425,26 @@ if not _IN_CHILD:
         plan = _plan(
             8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True, fp8_scores=True
         )
+        split = _plan(4, 64, num_splits=2)  # the Triton kernel's
         launch._announce.cache_clear()
         with (
             mock.patch.object(launch, "gluon_supported", lambda device: True),
             mock.patch.object(
                 gluon_ops, "fixed_history_attention_wgmma", lambda *a, **kw: a[8]
             ),
+            # Its kernels are not launched (CPU tensors, no interpreter).
+            mock.patch.object(launch, "fixed_history_kernel", mock.MagicMock()),
+            mock.patch.object(launch, "combine_splits_kernel", mock.MagicMock()),
             caplog.at_level("INFO", logger="vllm.spark2_5_plugin.ops"),
         ):
-            for _ in range(3):
-                launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), plan)
+            for chosen in (plan, plan, split, plan, split):
+                launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), chosen)
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
-            "(fp8_scores, narrow_convert, tma)"
+            "(fp8_scores, narrow_convert, tma)",
+            "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
+            "(2 key splits)",
         ], lines
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():

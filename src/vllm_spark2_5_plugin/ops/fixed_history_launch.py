@@ -511,10 +511,25 @@ def kernel_constants(
 
 
 @functools.cache
-def _announce(kernel: str, rows: int, kv_fp8: bool, options: tuple = ()) -> None:
+def _announce(
+    kernel: str,
+    rows: int,
+    kv_fp8: bool,
+    *,
+    tma: bool = False,
+    fp8_scores: bool = False,
+    splits: int = 1,
+) -> None:
     """Log once per process and kind of launch which kernel runs it (at INFO,
     vLLM's level): where several kernels can serve one model, the log says
-    which ones did. ``options``: the Gluon kernel's switches that are on."""
+    which ones did. The Gluon kernel's line names the switches of its
+    pipeline that are on (``_gluon_pipeline``), the Triton kernel's its
+    key splits. Cached by its arguments: a launch pays a lookup."""
+    if kernel == "Gluon":
+        pipeline = _gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=fp8_scores)
+        options = sorted(k for k, v in pipeline.items() if v is True)
+    else:
+        options = [f"{splits} key splits"]
     logging.getLogger("vllm.spark2_5_plugin.ops").info(
         "fixed-history attention: %s kernel, %d-row tiles, %s cache%s",
         kernel,
@@ -574,27 +589,21 @@ def launch_kernel(
         )
 
         k_scale, v_scale = (None, None) if scales is None else scales
-        pipeline = _gluon_pipeline(
-            rows,
-            kv_fp8=scales is not None,
-            tma=_tma_copyable(q, k_cache, v_cache),
-            fp8_scores=plan.fp8_scores,
-        )
-        on = tuple(sorted(k for k, v in pipeline.items() if v is True))
-        _announce("Gluon", rows, scales is not None, on)
+        kv_fp8, tma = scales is not None, _tma_copyable(q, k_cache, v_cache)
+        _announce("Gluon", rows, kv_fp8, tma=tma, fp8_scores=plan.fp8_scores)
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
             *(window, scale, out, k_scale, v_scale),
             warp_specialized=True,
             f16_dots=plan.fp8_f16_dot,
             rows=rows,
-            **pipeline,
+            **_gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=plan.fp8_scores),
         )
     _announce(
         "Triton",
         plan.tile_rows(num_heads // num_kv_heads),
         scales is not None,
-        (f"{splits} key splits",),
+        splits=splits,
     )
     programs = num_items
     if plan.programs_per_sm:
