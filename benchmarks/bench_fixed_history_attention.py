@@ -449,6 +449,12 @@ def sweep_grid(block_m, head_dim):
     return grid
 
 
+def triton_plan(plan):
+    """``plan`` as the Triton kernel runs it: no Gluon kernel, hence none of
+    its fp8 scores (``LaunchPlan`` refuses them without it)."""
+    return dataclasses.replace(plan, gluon=False, fp8_scores=False)
+
+
 def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=None):
     """Tile/warp/stage grid at the default split count, then the best of those
     with half, twice and four times the splits and, with one split, with 0 (one
@@ -462,8 +468,7 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
     R, L, B, W, nH, nKV, D = shape
     group = nH // nKV
     results = []
-    # The grid is the Triton kernel's.
-    base = dataclasses.replace(base, gluon=False, fp8_scores=False)
+    base = triton_plan(base)  # the grid is the Triton kernel's
 
     def try_plan(plan, **changes):
         if changes.get("num_splits", plan.num_splits) > 1:
@@ -779,8 +784,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     )
     via_triton = ""
     if plan.gluon:  # the Gluon kernel ran: the Triton kernel's time too
-        triton_plan = dataclasses.replace(plan, gluon=False, fp8_scores=False)
-        triton_fn = functools.partial(fn, plan=triton_plan)
+        triton_fn = functools.partial(fn, plan=triton_plan(plan))
         via_triton = f" (the plan's Triton kernel: {bench(triton_fn):.1f} us)"
     print(
         f"  kernel {t_kernel:.1f} us{via_triton} (graph {t_graph:.1f} us), "
