@@ -27,8 +27,8 @@ names the trained checkpoint and ``SPARK2_5_ACCEPTANCE_SEQUENCES`` the file that
 of them (default 48). With 48 requests at once the draft's fixed-history
 attention splits each request's keys and runs the Triton kernel; from about
 128 requests on (D = 128, 4 query heads per KV head, one split) it runs the
-Gluon kernel, whose opt-in fp8 scores (``SPARK2_5_GLUON=fp8-scores``) only
-then take part.
+Gluon kernel, whose fp8 scores (q rounded to e4m3 for ``Q K^T``; off under
+``SPARK2_5_GLUON=f16-scores``) only then take part.
 
 Skipped without CUDA and a CUDA build of vLLM. Results also go to
 ``$SPARK2_5_ORACLE_OUT/acceptance.json`` when that variable is set.

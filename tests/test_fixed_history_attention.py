@@ -100,7 +100,7 @@ def fp8_f16_dot(request, monkeypatch):
 
     def plan_launch(**kwargs):
         plan = policy(**kwargs)
-        # fp8 scores (SPARK2_5_GLUON=fp8-scores) need float16 dots.
+        # fp8 scores (the policy's, on the Gluon kernel) need float16 dots.
         scores = plan.fp8_scores and request.param
         return dataclasses.replace(plan, fp8_f16_dot=request.param, fp8_scores=scores)
 
@@ -290,8 +290,8 @@ def _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what):
 def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
     """``plan``, or where it is ``None`` the plan the launch picks for these
     inputs (with an fp8 cache, as the tests call it; a fixture's stand-in
-    for the policy included): under ``SPARK2_5_GLUON=fp8-scores`` on a
-    Hopper GPU it has ``fp8_scores``."""
+    for the policy included): on a Hopper GPU, where the Gluon kernel runs,
+    it has ``fp8_scores``."""
     from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
     if plan is not None:
@@ -307,6 +307,19 @@ def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
         device=q.device,
         kv_fp8=True,
     )
+
+
+def _rounds_q(plan, q, k, v, bt, ctx, qsl, scale_kwargs, window):
+    """Whether the launch (with ``plan``, or its own) rounds q to e4m3 for an
+    fp8 cache: the Gluon kernel runs it with ``fp8_scores``."""
+    from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+    from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+    own = plan is None
+    plan = _launch_plan(plan, q, k, bt, ctx, window)
+    kv = PagedKV(k, v, bt, ctx, qsl, tuple(scale_kwargs.values()))
+    options = launch.gluon_options(q, kv, plan, own_plan=own)
+    return options is not None and options.get("fp8_scores", False)
 
 
 def _run_and_check(
@@ -345,10 +358,10 @@ def _run_and_check(
     window, scale = case.window, case.head_dim**-0.5
     e4m3 = fp8_scales is not None and plan is not None and plan.fp8_e4m3_dot
     q_ref = _e4m3_rows(q) if e4m3 else q
-    if fp8_scales is not None and _launch_plan(plan, q, k, bt, ctx, window).fp8_scores:
+    kwargs = _scale_args(fp8_scales, scale_form, device)
+    if fp8_scales is not None and _rounds_q(plan, q, k, v, bt, ctx, qsl, kwargs, window):
         q_ref = _e4m3_pow2_rows(q)
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, window, scale, fp8_scales)
-    kwargs = _scale_args(fp8_scales, scale_form, device)
     if plan is not None:
         kwargs["plan"] = plan
     if plan is not None or out_given or extra_rows:
@@ -1311,38 +1324,39 @@ if not _IN_CHILD:
             ops.uniform_batch_plan((64, 8192, 8, 4096, 32, 8, 128), device=cuda) is plan
         )
 
-    def test_fp8_scores_only_when_asked_for_by_the_environment(monkeypatch):
+    def test_fp8_scores_unless_the_environment_asks_for_f16_scores(monkeypatch):
         cuda = _pretend_hopper(monkeypatch)
         shapes = [(64, 8192, 8, 4096, 32, 8, 128), (32, 32768, 16, 4096, 32, 4, 128)]
-        for value in (None, "1", "fp8-scores", " FP8-Scores ", "0"):
+        for value in (None, "1", "fp8-scores", "f16-scores", " F16-Scores ", "0"):
             if value is None:
                 monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
             else:
                 monkeypatch.setenv("SPARK2_5_GLUON", value)
-            asked = value is not None and value.strip().lower() == "fp8-scores"
+            f16 = value is not None and value.strip().lower() == "f16-scores"
             for shape in shapes:
                 fp8 = ops.uniform_batch_plan(shape, device=cuda, kv_fp8=True)
                 bf16 = ops.uniform_batch_plan(shape, device=cuda)
                 assert fp8.gluon is (value != "0"), (value, fp8)
-                # fp8 caches on the Gluon kernel, and only when asked.
-                assert fp8.fp8_scores is asked, (value, fp8)
+                # fp8 caches on the Gluon kernel, unless float16 scores are
+                # asked for; never 16-bit caches.
+                assert fp8.fp8_scores is (fp8.gluon and not f16), (value, fp8)
                 assert not bf16.fp8_scores, (value, bf16)
         # Where the Gluon kernel does not run (D = 64), never.
-        monkeypatch.setenv("SPARK2_5_GLUON", "fp8-scores")
+        monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
         d64 = ops.uniform_batch_plan(
             (128, 8192, 8, 4096, 16, 16, 64), device=cuda, kv_fp8=True
         )
         assert not d64.gluon and not d64.fp8_scores
 
     def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
-        # The fixture forcing each fp8 dot into the policy's plans: under
-        # SPARK2_5_GLUON=fp8-scores the plans keep fp8 scores with float16
-        # dots and drop them without (LaunchPlan refuses them there), and
-        # the reference the API tests pick follows the plan the launch runs.
+        # The fixture forcing each fp8 dot into the policy's plans: the plans
+        # keep fp8 scores with float16 dots and drop them without
+        # (LaunchPlan refuses them there), and the reference the API tests
+        # pick follows the plan the launch runs.
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
         cuda = _pretend_hopper(monkeypatch)
-        monkeypatch.setenv("SPARK2_5_GLUON", "fp8-scores")
+        monkeypatch.delenv("SPARK2_5_GLUON", raising=False)
         kwargs = dict(
             num_tokens=64 * 8, num_reqs=64, num_heads=32, num_kv_heads=8,
             head_dim=128, sliding_window=4096, max_kv_len=8192 + 16, device=cuda,

@@ -29,11 +29,14 @@ _MAX_ITEMS = 2**31 - 1  # (request, KV head, split) items per launch: int32
 _SM_COUNT: dict[int, int] = {}
 # "0" (or false/no/off) keeps the Triton kernel where the Gluon kernel would
 # run: a way around it without a code change, and the A/B of the two inside
-# vLLM. "fp8-scores" leaves it on and opts fp8 caches into its fp8 scores
-# (``LaunchPlan.fp8_scores``).
+# vLLM. "f16-scores" leaves it on but keeps fp8 caches off its fp8 scores
+# (``LaunchPlan.fp8_scores``): q K^T from float16 dots with q as given, the
+# numerics of the kernels before fp8 scores. "fp8-scores" (their opt-in
+# before they became the default) is the same as on.
 GLUON_ENV = "SPARK2_5_GLUON"
-_FP8_SCORES = "fp8-scores"
-_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", _FP8_SCORES)
+_F16_SCORES = "f16-scores"
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on", "fp8-scores", _F16_SCORES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +59,12 @@ class LaunchPlan:
     warp-specialized Gluon kernel with its own 64-key pipeline (2 persistent
     programs per SM at 64 rows, 1 at 128) instead of the Triton kernel;
     otherwise the other fields' Triton launch.
-    ``fp8_scores`` (``gluon`` with ``fp8_f16_dot``, opt-in: chosen by
-    :func:`plan_launch` only under ``SPARK2_5_GLUON=fp8-scores``): where the
-    Gluon kernel copies the fp8 cache by TMA, ``Q K^T`` on fp8 tensor cores
-    with each row of q rounded to e4m3; this changes the numerics
-    (``docs/kernel.md``, the Gluon kernel's ``fp8_scores``).
+    ``fp8_scores`` (``gluon`` with ``fp8_f16_dot``; chosen by
+    :func:`plan_launch` wherever those are, unless
+    ``SPARK2_5_GLUON=f16-scores``): where the Gluon kernel copies the fp8
+    cache by TMA, ``Q K^T`` on fp8 tensor cores with each row of q rounded
+    to e4m3 (``docs/kernel.md``, the Gluon kernel's ``fp8_scores``: the
+    rounding, its error bound, and DSpark's acceptance with it).
     """
 
     block_q: int  # queries of one request per tile
@@ -232,9 +236,9 @@ def gluon_allowed(value: str | None) -> bool:
 
 
 def gluon_fp8_scores(value: str | None) -> bool:
-    """Whether ``SPARK2_5_GLUON`` (its value) opts fp8 caches into the Gluon
-    kernel's fp8 scores (``fp8-scores``)."""
-    return (value or "").strip().lower() == _FP8_SCORES
+    """Whether ``SPARK2_5_GLUON`` (its value) leaves fp8 caches on the Gluon
+    kernel's fp8 scores: unless it is ``f16-scores``."""
+    return (value or "").strip().lower() != _F16_SCORES
 
 
 def gluon_supported(device: torch.device) -> bool:
@@ -315,9 +319,10 @@ def _plan(
     """:func:`plan_launch` from host values only: ``shape`` holds its shape
     arguments and ``kv_fp8``, ``device_facts`` the SM count, whether the
     device is a GPU, an NVIDIA one, one the Gluon kernel runs on, and
-    whether fp8 scores are asked for (``SPARK2_5_GLUON=fp8-scores``)."""
+    whether fp8 caches may take fp8 scores (not under
+    ``SPARK2_5_GLUON=f16-scores``)."""
     num_tokens, num_reqs, num_heads, num_kv_heads, head_dim, kv_fp8 = shape
-    num_sms, on_cuda, nvidia, gluon_ok, scores_asked = device_facts
+    num_sms, on_cuda, nvidia, gluon_ok, scores_ok = device_facts
     group = num_heads // num_kv_heads
     avg_q = max(1, -(-num_tokens // max(num_reqs, 1)))
     max_rows = 64 if head_dim >= 256 else 128
@@ -442,7 +447,11 @@ def _plan(
         # values per thread (2026-12-02), gains 5% from them at shapes 1-4.
         fp8_f16_dot=fp8_f16_dot,
         gluon=gluon and splits == 1,
-        fp8_scores=scores_asked and gluon and splits == 1 and fp8_f16_dot,
+        # fp8 scores: 8-9% less time at the benchmark's fp8 shapes 1-3, 7%
+        # at shape 4 (H200, 2026-12-02); DSpark's acceptance with an fp8
+        # cache unchanged (160 prompts, 2026-12-02: 3.407 against 3.405
+        # tokens per draft with float16 scores).
+        fp8_scores=scores_ok and gluon and splits == 1 and fp8_f16_dot,
     )
 
 
@@ -539,6 +548,37 @@ def _announce(
     )
 
 
+def gluon_options(
+    q: torch.Tensor, kv: PagedKV, plan: LaunchPlan, *, own_plan: bool = True
+) -> dict | None:
+    """The Gluon kernel's keyword arguments where it runs this launch, else
+    ``None`` (the Triton kernel runs it): the plan asks for it, its tiles
+    have 64 or 128 rows and the head dim is 64 or 128 (those of its GPU
+    tests), an fp8 cache's scales are tensors, and the device runs it
+    (already known for a plan of :func:`plan_launch`, ``own_plan``). The
+    pipeline is ``_gluon_pipeline``'s for the tile and the caches; with
+    ``plan.fp8_scores`` and an fp8 cache that TMA copies, ``fp8_scores``
+    (q rounded to e4m3 row by row)."""
+    k_cache, v_cache, scales = kv.k_cache, kv.v_cache, kv.scales
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    rows = plan.block_q * (num_heads // k_cache.shape[2])
+    if not (
+        plan.gluon
+        and rows in (64, 128)
+        and head_dim in (64, 128)
+        and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
+        and (own_plan or gluon_supported(q.device))
+    ):
+        return None
+    kv_fp8, tma = scales is not None, _tma_copyable(q, k_cache, v_cache)
+    return dict(
+        warp_specialized=True,
+        f16_dots=plan.fp8_f16_dot,
+        rows=rows,
+        **_gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=plan.fp8_scores),
+    )
+
+
 def launch_kernel(
     q: torch.Tensor,
     kv: PagedKV,
@@ -576,28 +616,24 @@ def launch_kernel(
             f"{num_reqs} requests x {num_kv_heads} KV heads x {splits} splits "
             f"exceed {_MAX_ITEMS} work items per launch; split the batch"
         )
-    rows = plan.block_q * (num_heads // num_kv_heads)
-    if (
-        plan.gluon
-        and rows in (64, 128)
-        and head_dim in (64, 128)  # the head dims of its GPU tests
-        and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
-        and (own_plan or gluon_supported(q.device))
-    ):
+    options = gluon_options(q, kv, plan, own_plan=own_plan)
+    if options is not None:
         from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
             fixed_history_attention_wgmma,
         )
 
         k_scale, v_scale = (None, None) if scales is None else scales
-        kv_fp8, tma = scales is not None, _tma_copyable(q, k_cache, v_cache)
-        _announce("Gluon", rows, kv_fp8, tma=tma, fp8_scores=plan.fp8_scores)
+        _announce(
+            "Gluon",
+            options["rows"],
+            scales is not None,
+            tma=options.get("tma", False),
+            fp8_scores=plan.fp8_scores,
+        )
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
             *(window, scale, out, k_scale, v_scale),
-            warp_specialized=True,
-            f16_dots=plan.fp8_f16_dot,
-            rows=rows,
-            **_gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=plan.fp8_scores),
+            **options,
         )
     _announce(
         "Triton",
