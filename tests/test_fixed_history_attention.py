@@ -309,15 +309,16 @@ def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
     )
 
 
-def _rounds_q(plan, q, k, v, bt, ctx, qsl, scale_kwargs, window):
+def _rounds_q(plan, q, paged, scale_kwargs, window):
     """Whether the launch (with ``plan``, or its own) rounds q to e4m3 for an
     fp8 cache: the Gluon kernel runs it with ``fp8_scores``."""
     from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
     from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
 
     own = plan is None
+    k, _, bt, ctx, _ = paged
     plan = _launch_plan(plan, q, k, bt, ctx, window)
-    kv = PagedKV(k, v, bt, ctx, qsl, tuple(scale_kwargs.values()))
+    kv = PagedKV(*paged, tuple(scale_kwargs.values()))
     options = launch.gluon_options(q, kv, plan, own_plan=own)
     return options is not None and options.get("fp8_scores", False)
 
@@ -359,7 +360,9 @@ def _run_and_check(
     e4m3 = fp8_scales is not None and plan is not None and plan.fp8_e4m3_dot
     q_ref = _e4m3_rows(q) if e4m3 else q
     kwargs = _scale_args(fp8_scales, scale_form, device)
-    if fp8_scales is not None and _rounds_q(plan, q, k, v, bt, ctx, qsl, kwargs, window):
+    if fp8_scales is not None and _rounds_q(
+        plan, q, (k, v, bt, ctx, qsl), kwargs, window
+    ):
         q_ref = _e4m3_pow2_rows(q)
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, window, scale, fp8_scales)
     if plan is not None:
