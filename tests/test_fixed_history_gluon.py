@@ -67,6 +67,7 @@ def _compile(
     wait_stats=False,
     fp8_scores=False,
     fp8_pv=False,
+    carry=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -134,6 +135,7 @@ def _compile(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
+                carry=carry,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -402,6 +404,37 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     import triton
 
     assert pv.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
+
+
+@pytest.mark.parametrize("rows", [64, 128])
+@pytest.mark.parametrize("scores", [True, False])
+def test_carry_adds_the_next_passes_staging_and_nothing_else(rows, scores):
+    # carry: the fp8 TMA loader also stages the next pass's first tiles
+    # (more TMA copy sites and block-table reads: the next item's request
+    # data and pages), while the multiplying warps' code stays the same
+    # (their MMAs) and the program keeps its registers, without spills
+    # under Triton 3.7, and its shared memory.
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
+
+    pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=scores)
+    options = dict(f16=scores, maxnreg=128 if rows == 64 else 168)
+    if rows == 128:
+        options.update(rows=128)
+    plain = _compile(
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options, **pipeline
+    )
+    carried = _compile(
+        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, carry=True, **options, **pipeline
+    )
+    assert carried.count("UTMALDG") > plain.count("UTMALDG"), carried.instructions
+    assert carried.count("LDG") > plain.count("LDG"), carried.instructions
+    for mma in ("QGMMA", "HGMMA"):
+        assert carried.count(mma) == plain.count(mma), (mma, carried.instructions)
+    assert carried.registers <= options["maxnreg"]
+    assert carried.shared_bytes == plain.shared_bytes
+    import triton
+
+    assert carried.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
@@ -770,6 +803,19 @@ _CASES = {
     "full": Case([700, 65, 0], [5, 8, 2], None, 16, 4, 128, 16),
     "d64": Case([900, 33], [8, 6], 300, 16, 4, 64, 16),
     "hnd": Case([1200, 10], [8, 8], 512, 32, 8, 128, 16, "hnd"),
+    # More items (600 requests x 2 KV heads) than the 264 programs of 64-row
+    # tiles: programs take 2-3 items, some without queries, some of 1-2
+    # key tiles (fewer than the staged ones), some of 2 passes (20 queries),
+    # in a mix that changes from one program's items to the next.
+    "many": Case(
+        [(i * 397) % 1500 for i in range(600)],
+        [(0, 8, 1, 20, 8, 5, 8)[i % 7] for i in range(600)],
+        700,
+        8,
+        2,
+        128,
+        16,
+    ),  # fmt: skip
 }
 
 
@@ -972,6 +1018,28 @@ _KERNELS = {
         "f16_dots": True,
         "fp8_pv": True,
     },
+    # ... with the staging carried across passes and items (the next pass's
+    # first tiles staged as this one's last are converted).
+    "ws-fp8-scores-carry-ring3-raw3": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "carry": True,
+    },
+    "ws-fp8-scores-carry-ring2-raw2": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+        "carry": True,
+    },
+    "ws-128rows-fp8-scores-carry": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "carry": True,
+    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -992,6 +1060,12 @@ _KERNELS = {
         "pingpong": True,
         "ring": 6,
         "raw_slots": 4,
+    },
+    # fp8 only: the staging of K and V carried across passes and items.
+    "ws-tma-carry": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "carry": True,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
@@ -1020,6 +1094,8 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
 
     if fp8 is None and kernel == "ws-raw4-ring3-1sm":
         pytest.skip("fp8 only (4 staged bf16 tiles exceed the shared memory)")
+    if fp8 is None and _KERNELS[kernel].get("carry"):
+        pytest.skip("fp8 only (carry: the fp8 TMA loader's staging)")
     _check_against_reference(name, fp8, kernel, f16_dots=f16_dots)
 
 
