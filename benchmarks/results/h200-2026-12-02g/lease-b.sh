@@ -17,12 +17,13 @@ sweep)
   W='{"warp_specialized":true,"f16_dots":true,"narrow_convert":true,"tma":true,"fp8_scores":true'
   A="$W,\"ring\":3,\"raw_slots\":3}"
   B="$W,\"ring\":3,\"raw_slots\":3,\"carry\":true}"
+  C="$W,\"ring\":3,\"raw_slots\":4,\"carry\":true}"
   E="$W,\"rows\":128,\"split_mma\":true,\"ring\":4}"
   F="$W,\"rows\":128,\"split_mma\":true,\"ring\":4,\"carry\":true}"
   {
   for i in 2 0 1; do
-    echo "== fp8 shape $((i+1)): launch (fp8 scores), carry, launch, carry"
-    timeout 60 python3 $S $i fp8 "[$A,$B,$A,$B]" graph 2>&1
+    echo "== fp8 shape $((i+1)): launch (fp8 scores), carry, carry + 4 staged, launch, carry"
+    timeout 60 python3 $S $i fp8 "[$A,$B,$C,$A,$B]" graph 2>&1
   done
   echo "== fp8 shape 4: launch (fp8 scores), carry, launch, carry"
   timeout 60 python3 $S 3 fp8 "[$E,$F,$E,$F]" graph 2>&1
