@@ -20,12 +20,27 @@ case = Case([L] * R, [8] * R, W, 32, 8, 128, 16)
 q, k, v, bt, ctx, qsl = _make_inputs(
     case, dtype=torch.bfloat16, device="cuda", seed=1, fp8_scales=(0.02, 3.0)
 )
-sc = {n: torch.tensor(s, device="cuda") for n, s in (("k_scale", 0.02), ("v_scale", 3.0))}
+sc = {
+    n: torch.tensor(s, device="cuda") for n, s in (("k_scale", 0.02), ("v_scale", 3.0))
+}
 base = dict(warp_specialized=True, f16_dots=True, narrow_convert=True, tma=True)
-ref = fixed_history_attention_wgmma(q, k, v, bt, ctx, qsl, W, 128**-0.5, **sc, **base, **{
-    k_: v_ for k_, v_ in var.items() if k_ != "carry"})
+ref = fixed_history_attention_wgmma(
+    q,
+    k,
+    v,
+    bt,
+    ctx,
+    qsl,
+    W,
+    128**-0.5,
+    **sc,
+    **base,
+    **{k_: v_ for k_, v_ in var.items() if k_ != "carry"},
+)
 torch.cuda.synchronize()
-out = fixed_history_attention_wgmma(q, k, v, bt, ctx, qsl, W, 128**-0.5, **sc, **base, **var)
+out = fixed_history_attention_wgmma(
+    q, k, v, bt, ctx, qsl, W, 128**-0.5, **sc, **base, **var
+)
 torch.cuda.synchronize()
 d = (out.float() - ref.float()).abs().max().item()
 print(f"ok diff {d:.2e} R={R} L={L} W={W} {var}", flush=True)

@@ -1148,7 +1148,7 @@ def _ws_tma_fp8_partition(
     freed = _clock() * 0 if STATS else 0
     it = 0
     r = 0
-    ahead = gl.program_id(0) * 0  # an int32 scalar carried by the loops
+    ahead = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
@@ -1198,9 +1198,13 @@ def _ws_tma_fp8_partition(
                     p_bt_row, p_k_head, p_v_head = n_bt_row, n_k_head, n_v_head
                 # Nothing staged ahead from a short pass.
                 p_tiles = gl.where(n_tiles < NUM_RAW, 0, p_tiles)
-            for i in range(ahead, gl.minimum(NUM_RAW, n_tiles)):
-                slot = (r + i) % NUM_RAW
-                start = first + i * BLOCK_N
+            # (The loop counts from 0: Triton 3.7 compiled range(ahead, ...),
+            # ahead carried by the enclosing loops, as a loop from 0 and
+            # dropped ahead from the item loop's carried values, TTGIR of
+            # 2026-12-02; the staging then ran twice into the same slots.)
+            for i in range(0, gl.minimum(NUM_RAW, n_tiles) - ahead):
+                slot = (r + ahead + i) % NUM_RAW
+                start = first + (ahead + i) * BLOCK_N
                 _stage_raw(
                     k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                     raw_ready.index(slot), bt_row,
@@ -1291,7 +1295,9 @@ def _ws_tma_fp8_partition(
                             stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                             kv_layout, FP8_SCORES,
                         )  # fmt: skip
-                        ahead = u - n_tiles + 1
+                    ahead = gl.where(
+                        (u >= n_tiles) & (u - n_tiles < p_tiles), u - n_tiles + 1, ahead
+                    )
                     page_ids = _carried_page_ids(
                         u + 1, n_tiles, bt_row, first, hi, p_bt_row, p_first,
                         p_hi, PAGE_SIZE, BLOCK_N,
