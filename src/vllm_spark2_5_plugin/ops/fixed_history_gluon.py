@@ -1198,10 +1198,11 @@ def _ws_tma_fp8_partition(
                     p_bt_row, p_k_head, p_v_head = n_bt_row, n_k_head, n_v_head
                 # Nothing staged ahead from a short pass.
                 p_tiles = gl.where(n_tiles < NUM_RAW, 0, p_tiles)
-            # (The loop counts from 0: Triton 3.7 compiled range(ahead, ...),
-            # ahead carried by the enclosing loops, as a loop from 0 and
-            # dropped ahead from the item loop's carried values, TTGIR of
-            # 2026-12-02; the staging then ran twice into the same slots.)
+            # The loop counts from 0: Gluon under Triton 3.7.1 compiles
+            # range(ahead, ...), ahead carried by the enclosing loops, as a
+            # loop from 0 (and the item loop then drops ahead), so tiles were
+            # staged twice into one slot; a minimal Gluon kernel shows it,
+            # Triton 3.9 and @triton.jit do not (2026-12-02).
             for i in range(0, gl.minimum(NUM_RAW, n_tiles) - ahead):
                 slot = (r + ahead + i) % NUM_RAW
                 start = first + (ahead + i) * BLOCK_N
