@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import itertools
 
 import pytest
@@ -435,6 +437,58 @@ def test_carry_adds_the_next_passes_staging_and_nothing_else(rows, scores):
     import triton
 
     assert carried.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
+
+
+def _assigned_names(statements):
+    """The names that these statements (and everything nested in them)
+    assign."""
+    names = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_no_gluon_loop_starts_at_a_value_its_enclosing_loops_carry():
+    # Gluon under Triton 3.7.1 (vLLM 0.32.0's) compiles `for i in
+    # range(x, ...)`, x carried by an enclosing loop, as a loop from 0 and
+    # drops x from the outer loop's carried values (a minimal kernel shows
+    # it; 3.9 and @triton.jit do not): the carry loader staged tiles twice
+    # that way. Its loops start at 0 or at values no enclosing loop assigns.
+    from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+
+    found = []
+
+    def visit(node, carried):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.For):
+                it = child.iter
+                is_range = (
+                    isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range"
+                )
+                if is_range and len(it.args) > 1:
+                    start = {
+                        n.id for n in ast.walk(it.args[0]) if isinstance(n, ast.Name)
+                    }
+                    if start & carried:
+                        found.append((child.lineno, sorted(start & carried)))
+                visit(child, carried | _assigned_names(child.body))
+            else:
+                visit(child, carried)
+
+    visit(ast.parse(inspect.getsource(gluon_ops)), set())
+    assert not found, found
+    # The check finds the pattern where it is.
+    trap = "for a in x:\n    for i in range(k, 4):\n        pass\n    k = a\n"
+    visit(ast.parse(trap), set())
+    assert found == [(2, ["k"])]
 
 
 def test_launch_copies_by_tma_only_what_tma_can_copy():
