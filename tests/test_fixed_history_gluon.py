@@ -402,6 +402,11 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
         pv.count("F2FP.F16.E4M3.UNPACK_B") == 0 < scores.count("F2FP.F16.E4M3.UNPACK_B")
     )
     assert pv.shared_bytes < scores.shared_bytes
+    # The loader's transposition (_transpose_layout): 16-byte reads of 4
+    # keys' rows each (conflict-free) and 4-byte writes of 16 head-dim rows,
+    # no ldmatrix (whose reads of keys 16 apart were 4-way conflicted).
+    assert pv.count("LDSM.16.M88.4") == 0, pv.instructions
+    assert pv.count("LDS.128") >= 4 and pv.count("STS") >= 16, pv.instructions
     assert pv.registers <= options["maxnreg"]
     import triton
 

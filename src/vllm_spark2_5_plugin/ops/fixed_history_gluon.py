@@ -291,13 +291,26 @@ def _convert_layout(head_dim, narrow, num_warps):
 
 @gluon.constexpr_function
 def _transpose_layout(head_dim, num_warps):
-    """How the fp8 loader reads a staged 64-key e4m3 V tile to transpose
-    it: 16 keys x 4 head-dim entries per thread, so that each thread reads
-    4-byte pieces of 16 keys' rows and, transposed (and in
-    ``_fp8_key_order``, which keeps each 16 keys together), writes 16-byte
-    pieces of 4 head-dim rows."""
-    tpw_d = head_dim // (4 * num_warps)
-    return gl.BlockedLayout([16, 4], [32 // tpw_d, tpw_d], [1, num_warps], [1, 0])
+    """How the fp8 loader reads a staged 64-key e4m3 V tile (``[keys, D]``,
+    128-byte swizzle) to transpose it: each thread 16 neighbouring head-dim
+    bytes of 4 keys, ``16 h + 2 q + {0, 1, 8, 9}`` (which
+    ``_fp8_key_order`` puts at positions ``16 h + 4 q + {0, 1, 2, 3}``):
+    the 8 threads of a quarter warp span 2 head-dim halves of a 32-byte
+    block and the 4 values of ``q``, whose keys' swizzle phases then give 8
+    different bank groups (a 16-byte read each, no conflict); the threads'
+    other bits take ``h``, the warps the 32-byte blocks. Transposed, each
+    thread writes 4-byte pieces (4 positions) of 16 head-dim rows, two
+    threads per bank (the ring's 64-byte rows take the head dim's low bits
+    into their swizzle, the threads' 16-row runs do not vary them).
+    Before (2026-12-02, sixteenth session): 16 keys x 4 head-dim bytes per
+    thread, read by ``ldmatrix`` 4-way conflicted and written by 16-byte
+    stores with about 5 wavefronts each (Nsight Compute)."""
+    assert head_dim == 32 * num_warps, (head_dim, num_warps)
+    # [key, head dim] offsets of each register, lane and warp bit.
+    regs = [[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]]
+    lanes = [[0, 16], [2, 0], [4, 0], [16, 0], [32, 0]]
+    warps = [[0, 32 * (1 << w)] for w in range(num_warps.bit_length() - 1)]
+    return gl.DistributedLinearLayout(regs, lanes, warps, [], [64, head_dim])
 
 
 @gluon.constexpr_function
