@@ -366,13 +366,32 @@ def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
     assert fp8.count("HGMMA") == 4 * parts, fp8.instructions
     conversions = "F2FP.F16.E4M3.UNPACK_B"
     assert 2 * fp8.count(conversions) == plain.count(conversions) > 0
-    assert fp8.registers <= options["maxnreg"]
+    assert fp8.registers <= options["maxnreg"] and _no_spills(fp8)
+    assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
+
+
+def _without_and_with(option, rows, scores=True):
+    """The fp8 kernel as the launch compiles it for ``rows``-row tiles over
+    a cache copied by TMA (its pipeline, ``scores``: with fp8 scores),
+    without and with the kernel option ``option``, and the launch's
+    register cap."""
+    from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
+
+    pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=scores)
+    options = dict(f16=scores, maxnreg=128 if rows == 64 else 168, **pipeline)
+    if rows == 128:
+        options.update(rows=128)
+    args = ("fixed_history_ws_kernel", "fp8e4nv", 4, 128)
+    without = _compile(*args, **options)
+    return without, _compile(*args, **{option: True}, **options), options["maxnreg"]
+
+
+def _no_spills(code):
+    """No stack under vLLM 0.32.0's Triton (3.7), where the launch runs the
+    kernel; 3.9 keeps a few bytes there."""
     import triton
 
-    # No spills under vLLM 0.32.0's Triton (3.7), where the launch runs it;
-    # 3.9 keeps a few bytes on the stack.
-    assert fp8.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
-    assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
+    return code.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
 
 
 @pytest.mark.parametrize("rows", [64, 128])
@@ -383,18 +402,7 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # (less shared memory than fp8_scores alone); with the launch's
     # fp8_scores options within its registers, without spills under
     # Triton 3.7.
-    from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
-
-    pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=True)
-    options = dict(f16=True, maxnreg=128 if rows == 64 else 168)
-    if rows == 128:
-        options.update(rows=128)
-    scores = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options, **pipeline
-    )
-    pv = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_pv=True, **options, **pipeline
-    )
+    scores, pv, maxnreg = _without_and_with("fp8_pv", rows)
     parts = rows // 64
     assert pv.count("QGMMA") == 6 * parts, pv.instructions
     assert pv.count("HGMMA") == 0, pv.instructions
@@ -407,10 +415,7 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # no ldmatrix (whose reads of keys 16 apart were 4-way conflicted).
     assert pv.count("LDSM.16.M88.4") == 0, pv.instructions
     assert pv.count("LDS.128") >= 4 and pv.count("STS") >= 16, pv.instructions
-    assert pv.registers <= options["maxnreg"]
-    import triton
-
-    assert pv.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
+    assert pv.registers <= maxnreg and _no_spills(pv)
 
 
 @pytest.mark.parametrize("rows", [64, 128])
@@ -421,27 +426,13 @@ def test_carry_adds_the_next_passes_staging_and_nothing_else(rows, scores):
     # data and pages), while the multiplying warps' code stays the same
     # (their MMAs) and the program keeps its registers, without spills
     # under Triton 3.7, and its shared memory.
-    from vllm_spark2_5_plugin.ops.fixed_history_launch import _gluon_pipeline
-
-    pipeline = _gluon_pipeline(rows, kv_fp8=True, tma=True, fp8_scores=scores)
-    options = dict(f16=scores, maxnreg=128 if rows == 64 else 168)
-    if rows == 128:
-        options.update(rows=128)
-    plain = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options, **pipeline
-    )
-    carried = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, carry=True, **options, **pipeline
-    )
+    plain, carried, maxnreg = _without_and_with("carry", rows, scores)
     assert carried.count("UTMALDG") > plain.count("UTMALDG"), carried.instructions
     assert carried.count("LDG") > plain.count("LDG"), carried.instructions
     for mma in ("QGMMA", "HGMMA"):
         assert carried.count(mma) == plain.count(mma), (mma, carried.instructions)
-    assert carried.registers <= options["maxnreg"]
+    assert carried.registers <= maxnreg and _no_spills(carried)
     assert carried.shared_bytes == plain.shared_bytes
-    import triton
-
-    assert carried.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
 
 
 def _assigned_names(statements):
