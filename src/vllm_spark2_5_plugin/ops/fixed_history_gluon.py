@@ -1177,7 +1177,7 @@ def _ws_tma_fp8_partition(
             # queries, which takes no pass).
             nxt = item + gl.num_programs(0)
             (
-                n_kv_head, n_q_first, n_num_q, n_first, n_lo, n_hi, n_tiles_next,
+                n_kv_head, _, n_num_q, n_first, n_lo, n_hi, n_tiles_next,
                 n_bt_row, n_k_head, n_v_head,
             ) = _item_kv(
                 gl.minimum(nxt, num_items - 1), context_lens_ptr,
@@ -1300,7 +1300,8 @@ def _ws_tma_fp8_partition(
                     # The slot freed past the pass's last staged tile takes
                     # the next pass's tile u - n_tiles (the same slot in the
                     # stream's order: r + n_tiles + u - n_tiles = r + u).
-                    if (u >= n_tiles) & (u - n_tiles < p_tiles):
+                    staged_next = (u >= n_tiles) & (u - n_tiles < p_tiles)
+                    if staged_next:
                         _stage_raw(
                             k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                             raw_ready.index(slot), p_bt_row, page_ids, p_k_head,
@@ -1309,9 +1310,7 @@ def _ws_tma_fp8_partition(
                             stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
                             kv_layout, FP8_SCORES,
                         )  # fmt: skip
-                    ahead = gl.where(
-                        (u >= n_tiles) & (u - n_tiles < p_tiles), u - n_tiles + 1, ahead
-                    )
+                    ahead = gl.where(staged_next, u - n_tiles + 1, ahead)
                     page_ids = _carried_page_ids(
                         u + 1, n_tiles, bt_row, first, hi, p_bt_row, p_first,
                         p_hi, PAGE_SIZE, BLOCK_N,
