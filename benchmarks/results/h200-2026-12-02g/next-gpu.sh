@@ -5,7 +5,8 @@
 # of carry (fixed: the staging loop counts from 0) and of fp8_pv's new
 # transposition, the 600-request case among them. Step "sweep": the
 # launch's fp8 pipeline against carry, fp8 P V and both, in CUDA graphs,
-# alternating, at fp8 shapes 3, 1, 2 and 4.
+# alternating, at fp8 shapes 3, 1, 2 and 4. Step "bench": the benchmark's
+# fp8 rows with the new policy (fp8 scores by default), for the table.
 export PYTHONPATH=/tmp/t371:src
 case $1 in
 tests)
@@ -34,4 +35,8 @@ sweep)
   timeout 60 python3 $S 3 fp8 "[$E,$F,$E,$F]" graph 2>&1
   } > $OUT/sweep.txt 2>&1
   grep -E "==|us |error" $OUT/sweep.txt | cut -c1-170 ;;
+bench)
+  timeout 120 python3 benchmarks/bench_fixed_history_attention.py --kernel-only \
+    --kv-dtypes fp8 --md $OUT/five-fp8.md > $OUT/five-fp8.log 2>&1; echo "bench rc $?"
+  grep -E "^\| \(" $OUT/five-fp8.md | cut -c1-200 ;;
 esac
