@@ -1092,6 +1092,13 @@ if not _IN_CHILD:
         with pytest.raises(ValueError, match="exclude each other"):
             _plan(2, 32, fp8_f16_dot=True, fp8_e4m3_dot=True)
 
+    @pytest.mark.parametrize("registers", [-1, 8, 23, 256, 1024])
+    def test_plan_refuses_register_caps_outside_the_register_file(registers):
+        with pytest.raises(ValueError, match="max_registers must be 0"):
+            _plan(2, 32, max_registers=registers)
+        assert _plan(2, 32, max_registers=168).max_registers == 168
+        assert _plan(2, 32).max_registers == 0  # no cap unless asked
+
     def test_plan_refuses_e4m3_dots_over_16_keys():
         # An fp8 dot product sums over at least 32 keys: Triton would fail to
         # compile the kernel on the GPU.
@@ -1549,13 +1556,17 @@ if not _IN_CHILD:
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
         # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
         # path, except 64-row tiles (16 query slots for 8 queries) at the
-        # three 32-row D = 128 shapes and two splits at the D = 64 shape.
+        # three 32-row D = 128 shapes and two splits at the D = 64 shape,
+        # whose registers are capped at 168 (the 2026-12-02 sweep).
         wide_d128 = _plan(16, 64, num_stages=3, asm_page_load=True, programs_per_sm=2)
         fp8_plans = {
             **{shape: wide_d128 for shape in list(plans)[:3]},
             (32, 32768, 16, 4096, 32, 4, 128): plans[(32, 32768, 16, 4096, 32, 4, 128)],
             (128, 8192, 8, 4096, 16, 16, 64): dataclasses.replace(
-                plans[(128, 8192, 8, 4096, 16, 16, 64)], num_splits=2, fp8_f16_dot=True
+                plans[(128, 8192, 8, 4096, 16, 16, 64)],
+                num_splits=2,
+                fp8_f16_dot=True,
+                max_registers=168,
             ),
         }
         for shape, want in fp8_plans.items():

@@ -116,3 +116,21 @@ def test_fp8_e4m3_dots_run_on_fp8_tensor_cores(name):
     _, converting = compile_shape(shape, "bfloat16", "float8_e4m3fn", **tile)
     assert converting.count("QGMMA") == 0
     assert converting.count("F2FP.F16.E4M3") > 0
+
+
+def test_fp8_head_dim_64_plan_caps_its_registers():
+    """The one-warp fp8 plan at D = 64 (the benchmark's shape 5) is bound by
+    latency: the policy caps its registers so that more programs fit on an
+    SM. The cap must reach the compiler (launch and ``triton.compile`` share
+    ``compile_options``) and must bind: uncapped, the plan takes more."""
+    plan, code = compile_shape(SHAPES["head-dim-64"], "bfloat16", "float8_e4m3fn")
+    assert plan.num_warps == 1 and plan.max_registers > 0, plan
+    assert 0 < code.registers <= plan.max_registers, (plan, code.registers)
+    assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, code.instructions
+    _, uncapped = compile_shape(
+        SHAPES["head-dim-64"], "bfloat16", "float8_e4m3fn", max_registers=0
+    )
+    assert uncapped.registers > plan.max_registers, uncapped.registers
+    # A bf16 cache keeps the compiler's choice (capping it was slower).
+    bf16_plan, _ = compile_shape(SHAPES["head-dim-64"], "bfloat16", "bfloat16")
+    assert bf16_plan.max_registers == 0, bf16_plan

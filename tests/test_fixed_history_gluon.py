@@ -70,6 +70,7 @@ def _compile(
     fp8_scores=False,
     fp8_pv=False,
     carry=False,
+    prefetch_q=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -138,6 +139,7 @@ def _compile(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 carry=carry,
+                prefetch_q=prefetch_q,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -392,6 +394,24 @@ def _no_spills(code):
     import triton
 
     return code.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
+
+
+@pytest.mark.parametrize("rows", [64, 128])
+def test_prefetch_q_asks_the_l2_for_the_next_items_q_and_adds_no_load(rows):
+    # prefetch_q: one L2 prefetch (CCTL.E.PF2) per multiplying partition
+    # (two at 128 rows), issued from the key loop's first tile; the next
+    # item's request read with two more scalar loads, no other memory
+    # traffic, and the launch's register cap holds (a value or two of the
+    # next item kept on the stack under it at 64 rows, read once per item).
+    without, with_, cap = _without_and_with("prefetch_q", rows)
+    partitions = 2 if rows == 128 else 1
+    assert without.count("CCTL") == 0, without.instructions
+    assert with_.count("CCTL.E.PF2") == partitions, with_.instructions
+    assert with_.count("LDG") == without.count("LDG") + 2 * partitions
+    for op in ("LDS", "STS", "STG", "LDSM", "HGMMA", "QGMMA"):
+        assert with_.count(op) == without.count(op), op
+    assert with_.registers <= cap and with_.stack_bytes <= 16, with_.stack_bytes
+    assert with_.shared_bytes == without.shared_bytes
 
 
 @pytest.mark.parametrize("rows", [64, 128])
@@ -1090,6 +1110,20 @@ _KERNELS = {
         "f16_dots": True,
         "carry": True,
     },
+    # ... with the next item's rows of q asked of the L2 during this item.
+    "ws-fp8-scores-prefetch-q": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "prefetch_q": True,
+    },
+    "ws-128rows-fp8-scores-prefetch-q": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "prefetch_q": True,
+    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -1116,6 +1150,18 @@ _KERNELS = {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
         "carry": True,
+    },
+    # Caches in q's dtype or fp8 by TMA, the next item's q asked of the L2.
+    "ws-tma-prefetch-q": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "prefetch_q": True,
+    },
+    "ws-128rows-prefetch-q": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=False),
+        "prefetch_q": True,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {

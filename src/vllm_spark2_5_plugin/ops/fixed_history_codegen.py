@@ -26,6 +26,7 @@ from typing import Any
 
 from vllm_spark2_5_plugin.ops.fixed_history_launch import (
     LaunchPlan,
+    compile_options,
     kernel_constants,
     uniform_batch_plan,
 )
@@ -163,7 +164,7 @@ def compile_for_nvidia(
     compiled = triton.compile(
         source,
         target=GPUTarget("cuda", arch, 32),
-        options={"num_warps": plan.num_warps, "num_stages": plan.num_stages},
+        options=compile_options(plan),
     )
     return _inspect(compiled.asm["cubin"], compiled.metadata.shared)
 

@@ -346,6 +346,42 @@ def _row_ptrs(
     return ptrs, mask
 
 
+@gluon.constexpr_function
+def _line_elements(dtype):
+    """Elements of ``dtype`` in a 128-byte line."""
+    return 1024 // dtype.primitive_bitwidth
+
+
+@gluon.jit
+def _prefetch_rows(
+    base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
+    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    """Asks the L2 for the rows that ``_row_ptrs`` points to (the rows
+    that exist, each 128-byte line of them once; ``prefetch.global.L2``:
+    no registers, no wait, nothing written), so that a later load of the
+    tile finds them there instead of in device memory."""
+    LINE: gl.constexpr = _line_elements(base.dtype.element_ty)
+    LINES: gl.constexpr = (HEAD_DIM + LINE - 1) // LINE
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    idx = gl.arange(0, BLOCK_M * LINES, layout=layout)
+    rows = idx // LINES
+    q_idx = q_base + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    tok = (q_first + q_idx).to(gl.int64)
+    ptrs = base + tok * stride_t + head * stride_h + (idx % LINES) * LINE
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
+        "mov.u32 $0, 0; }",
+        "=r,l,r",
+        [ptrs, (q_idx < num_q).to(gl.int32)],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
 @gluon.jit
 def _softmax_step(
     s, m_i, l_i, acc, key_start, lo, hi, score_scale, dtype: gl.constexpr
@@ -1547,7 +1583,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False, PREFETCH_Q: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1565,7 +1601,11 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need)."""
+    depth, contiguous, as 8-bit MMAs need). ``PREFETCH_Q`` (the default
+    loop): once each pass's first tile is multiplied, the rows of q that
+    these warps take in the program's next item are asked of the L2
+    (``_prefetch_rows``), so that the next item starts without waiting for
+    device memory."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1579,6 +1619,14 @@ def _ws_mma_partition(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
+        if PREFETCH_Q:
+            # The next item's request and query count (none past the last
+            # item); loaded here, used after this item's first tile.
+            nxt = item + gl.num_programs(0)
+            n_req = gl.minimum(nxt, num_items - 1) // NUM_KV_HEADS
+            n_q_first = gl.load(query_start_loc_ptr + n_req)
+            n_num_q = gl.load(query_start_loc_ptr + n_req + 1) - n_q_first
+            n_num_q = gl.where(nxt < num_items, n_num_q, 0)
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
             descale = _load_q(
@@ -1623,6 +1671,13 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
+                        if PREFETCH_Q:
+                            if t == 0:
+                                _prefetch_rows(
+                                    q_ptr, n_q_first, Q_OFFSET, n_num_q,
+                                    nxt % NUM_KV_HEADS, stride_q_t, stride_q_h,
+                                    GROUP, BLOCK_M, HEAD_DIM, MMA_WARPS,
+                                )  # fmt: skip
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
@@ -1646,7 +1701,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, CARRY: gl.constexpr,
-    num_warps: gl.constexpr,
+    PREFETCH_Q: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1769,7 +1824,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1782,7 +1837,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1817,6 +1872,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1854,7 +1910,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False, carry=False,
+    swap_ab=False, fp8_scores=False, fp8_pv=False, carry=False, prefetch_q=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1874,6 +1930,7 @@ def pipeline_constants(
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
         CARRY=carry,
+        PREFETCH_Q=prefetch_q,
     )
 
 
@@ -1995,6 +2052,7 @@ def fixed_history_attention_wgmma(
     fp8_scores=False,
     fp8_pv=False,
     carry=False,
+    prefetch_q=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2055,7 +2113,9 @@ def fixed_history_attention_wgmma(
     (e4m3 V tiles in the ring: half the shared memory). ``carry`` (``tma``
     with an fp8 cache): the loader stages the next item's (or query pass's)
     first tiles while it converts this one's last, instead of after it
-    (``_ws_tma_fp8_partition``). ``wait_stats``
+    (``_ws_tma_fp8_partition``). ``prefetch_q`` (warp-specialized, not
+    ``overlap``/``swap_ab``): the next item's rows of q asked of the L2
+    during this item (``_ws_mma_partition``). ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2098,6 +2158,10 @@ def fixed_history_attention_wgmma(
         )
     if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
         raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
+    if prefetch_q and not (warp_specialized and not overlap and not swap_ab):
+        raise ValueError(
+            "prefetch_q needs warp_specialized=True, overlap=False and swap_ab=False"
+        )
     if carry and not (tma and k_cache.dtype == torch.float8_e4m3fn):
         raise ValueError("carry needs tma=True and an fp8 cache")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
@@ -2167,6 +2231,7 @@ def fixed_history_attention_wgmma(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 carry=carry,
+                prefetch_q=prefetch_q,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

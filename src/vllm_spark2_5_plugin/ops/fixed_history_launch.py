@@ -65,6 +65,9 @@ class LaunchPlan:
     cache by TMA, ``Q K^T`` on fp8 tensor cores with each row of q rounded
     to e4m3 (``docs/kernel.md``, the Gluon kernel's ``fp8_scores``: the
     rounding, its error bound, and DSpark's acceptance with it).
+    ``max_registers`` (Triton kernel only; 0: the compiler's choice): a cap
+    on the registers per thread (Triton's ``maxnreg``), so that more warps
+    fit on an SM where a plan is bound by latency rather than by issue.
     """
 
     block_q: int  # queries of one request per tile
@@ -78,6 +81,7 @@ class LaunchPlan:
     fp8_e4m3_dot: bool = False
     gluon: bool = False
     fp8_scores: bool = False
+    max_registers: int = 0
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -90,6 +94,11 @@ class LaunchPlan:
             raise ValueError(
                 f"num_stages must be >= 1 and programs_per_sm >= 0, got "
                 f"{self.num_stages} and {self.programs_per_sm}"
+            )
+        if self.max_registers and not 24 <= self.max_registers <= 255:
+            raise ValueError(
+                f"max_registers must be 0 (no cap) or 24..255 registers per "
+                f"thread, got {self.max_registers}"
             )
         if self.fp8_f16_dot and self.fp8_e4m3_dot:
             raise ValueError("fp8_f16_dot and fp8_e4m3_dot exclude each other")
@@ -197,6 +206,15 @@ def sm_count(device: torch.device) -> int:
     if idx not in _SM_COUNT:
         _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return _SM_COUNT[idx]
+
+
+def compile_options(plan: LaunchPlan) -> dict[str, int]:
+    """The Triton compile options of :func:`fixed_history_kernel` for
+    ``plan`` (keyword arguments of its launch, and of ``triton.compile``)."""
+    options = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    if plan.max_registers:
+        options.update(maxnreg=plan.max_registers)
+    return options
 
 
 @functools.cache
@@ -332,6 +350,7 @@ def _plan(
     block_m = _tile_rows(block_q, group)
     asm = False
     persistent = 0
+    max_registers = 0
     gluon = False
     target = int(3.5 * num_sms)
     window = max_kv_len if sliding_window is None else sliding_window
@@ -403,6 +422,15 @@ def _plan(
         # 14% faster than the 4-warp tiles at the benchmark's shape 5, bf16
         # and fp8 alike (H200, Triton 3.7.1, 2026-12-01 sweep).
         block_n, num_warps, num_stages, asm = 32, 1, 3, True
+        # fp8 caches: at most 168 registers per thread (202 uncapped), so
+        # that 12 of these one-warp programs fit on an SM instead of 10:
+        # 12% faster at the benchmark's fp8 shape 5 under Triton 3.7.1
+        # (500.9 -> 441.8 us; caps of 144-192 gave 442-476 us, 4 splits
+        # with 128 registers 440.9), 4% under Triton 3.6. With a bf16 cache
+        # the plan uses all 255 registers: capped at 128-168, it was 21-24%
+        # slower (Triton 3.6; H200, 2026-12-02).
+        if kv_fp8:
+            max_registers = 168
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = (
             (128, 4, 3, True) if kv_fp8 else (64, 4, 4, True)
@@ -452,6 +480,7 @@ def _plan(
         # cache unchanged (160 prompts, 2026-12-02: 3.407 against 3.405
         # tokens per draft with float16 scores).
         fp8_scores=scores_ok and gluon and splits == 1 and fp8_f16_dot,
+        max_registers=max_registers,
     )
 
 
@@ -695,8 +724,7 @@ def launch_kernel(
             # The interpreter cannot run inline PTX.
             inline_ptx=not interpreting(),
         ),
-        num_warps=plan.num_warps,
-        num_stages=plan.num_stages,
+        **compile_options(plan),
     )
     if splits > 1:
         combine_splits_kernel[(num_tokens, num_heads)](
