@@ -69,8 +69,6 @@ def _compile(
     wait_stats=False,
     fp8_scores=False,
     fp8_pv=False,
-    carry=False,
-    prefetch_q=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -138,8 +136,6 @@ def _compile(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                carry=carry,
-                prefetch_q=prefetch_q,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -397,24 +393,6 @@ def _no_spills(code):
 
 
 @pytest.mark.parametrize("rows", [64, 128])
-def test_prefetch_q_asks_the_l2_for_the_next_items_q_and_adds_no_load(rows):
-    # prefetch_q: one L2 prefetch (CCTL.E.PF2) per multiplying partition
-    # (two at 128 rows), issued from the key loop's first tile; the next
-    # item's request read with two more scalar loads, no other memory
-    # traffic, and the launch's register cap holds (a value or two of the
-    # next item kept on the stack under it at 64 rows, read once per item).
-    without, with_, cap = _without_and_with("prefetch_q", rows)
-    partitions = 2 if rows == 128 else 1
-    assert without.count("CCTL") == 0, without.instructions
-    assert with_.count("CCTL.E.PF2") == partitions, with_.instructions
-    assert with_.count("LDG") == without.count("LDG") + 2 * partitions
-    for op in ("LDS", "STS", "STG", "LDSM", "HGMMA", "QGMMA"):
-        assert with_.count(op) == without.count(op), op
-    assert with_.registers <= cap and with_.stack_bytes <= 16, with_.stack_bytes
-    assert with_.shared_bytes == without.shared_bytes
-
-
-@pytest.mark.parametrize("rows", [64, 128])
 def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # fp8_pv (with fp8_scores): both MMAs 8-bit (QGMMA: 4 for S and 2 for
     # P V per 64-row partition at D = 128 and 64-key tiles, no float16
@@ -438,23 +416,6 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     assert pv.registers <= maxnreg and _no_spills(pv)
 
 
-@pytest.mark.parametrize("rows", [64, 128])
-@pytest.mark.parametrize("scores", [True, False])
-def test_carry_adds_the_next_passes_staging_and_nothing_else(rows, scores):
-    # carry: the fp8 TMA loader also stages the next pass's first tiles
-    # (more TMA copy sites and block-table reads: the next item's request
-    # data and pages), while the multiplying warps' code stays the same
-    # (their MMAs) and the program keeps its registers, without spills
-    # under Triton 3.7, and its shared memory.
-    plain, carried, maxnreg = _without_and_with("carry", rows, scores)
-    assert carried.count("UTMALDG") > plain.count("UTMALDG"), carried.instructions
-    assert carried.count("LDG") > plain.count("LDG"), carried.instructions
-    for mma in ("QGMMA", "HGMMA"):
-        assert carried.count(mma) == plain.count(mma), (mma, carried.instructions)
-    assert carried.registers <= maxnreg and _no_spills(carried)
-    assert carried.shared_bytes == plain.shared_bytes
-
-
 def _assigned_names(statements):
     """The names that these statements (and everything nested in them)
     assign."""
@@ -476,8 +437,10 @@ def test_no_gluon_loop_starts_at_a_value_its_enclosing_loops_carry():
     # Gluon under Triton 3.7.1 (vLLM 0.32.0's) compiles `for i in
     # range(x, ...)`, x carried by an enclosing loop, as a loop from 0 and
     # drops x from the outer loop's carried values (a minimal kernel shows
-    # it; 3.9 and @triton.jit do not): the carry loader staged tiles twice
-    # that way. Its loops start at 0 or at values no enclosing loop assigns.
+    # it; 3.9 and @triton.jit do not): a loader that staged the next item's
+    # first tiles (carry, 2026-12-02, since removed) staged tiles twice that
+    # way. The kernels' loops start at 0 or at values no enclosing loop
+    # assigns.
     from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
 
     found = []
@@ -1088,42 +1051,6 @@ _KERNELS = {
         "f16_dots": True,
         "fp8_pv": True,
     },
-    # ... with the staging carried across passes and items (the next pass's
-    # first tiles staged as this one's last are converted).
-    "ws-fp8-scores-carry-ring3-raw3": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "carry": True,
-    },
-    "ws-fp8-scores-carry-ring2-raw2": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "f16_dots": True,
-        "fp8_scores": True,
-        "carry": True,
-    },
-    "ws-128rows-fp8-scores-carry": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "carry": True,
-    },
-    # ... with the next item's rows of q asked of the L2 during this item.
-    "ws-fp8-scores-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "prefetch_q": True,
-    },
-    "ws-128rows-fp8-scores-prefetch-q": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "prefetch_q": True,
-    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -1144,24 +1071,6 @@ _KERNELS = {
         "pingpong": True,
         "ring": 6,
         "raw_slots": 4,
-    },
-    # fp8 only: the staging of K and V carried across passes and items.
-    "ws-tma-carry": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "carry": True,
-    },
-    # Caches in q's dtype or fp8 by TMA, the next item's q asked of the L2.
-    "ws-tma-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "prefetch_q": True,
-    },
-    "ws-128rows-prefetch-q": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=False),
-        "prefetch_q": True,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
@@ -1190,8 +1099,6 @@ def test_gluon_kernel_matches_float64_reference(name, fp8, f16_dots, kernel):
 
     if fp8 is None and kernel == "ws-raw4-ring3-1sm":
         pytest.skip("fp8 only (4 staged bf16 tiles exceed the shared memory)")
-    if fp8 is None and _KERNELS[kernel].get("carry"):
-        pytest.skip("fp8 only (carry: the fp8 TMA loader's staging)")
     _check_against_reference(name, fp8, kernel, f16_dots=f16_dots)
 
 

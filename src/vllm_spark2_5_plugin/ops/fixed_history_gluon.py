@@ -346,42 +346,6 @@ def _row_ptrs(
     return ptrs, mask
 
 
-@gluon.constexpr_function
-def _line_elements(dtype):
-    """Elements of ``dtype`` in a 128-byte line."""
-    return 1024 // dtype.primitive_bitwidth
-
-
-@gluon.jit
-def _prefetch_rows(
-    base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
-    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    num_warps: gl.constexpr,
-):  # fmt: skip
-    """Asks the L2 for the rows that ``_row_ptrs`` points to (the rows
-    that exist, each 128-byte line of them once; ``prefetch.global.L2``:
-    no registers, no wait, nothing written), so that a later load of the
-    tile finds them there instead of in device memory."""
-    LINE: gl.constexpr = _line_elements(base.dtype.element_ty)
-    LINES: gl.constexpr = (HEAD_DIM + LINE - 1) // LINE
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-    idx = gl.arange(0, BLOCK_M * LINES, layout=layout)
-    rows = idx // LINES
-    q_idx = q_base + rows // GROUP
-    head = kv_head * GROUP + rows % GROUP
-    tok = (q_first + q_idx).to(gl.int64)
-    ptrs = base + tok * stride_t + head * stride_h + (idx % LINES) * LINE
-    gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
-        "mov.u32 $0, 0; }",
-        "=r,l,r",
-        [ptrs, (q_idx < num_q).to(gl.int32)],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
 @gluon.jit
 def _softmax_step(
     s, m_i, l_i, acc, key_start, lo, hi, score_scale, dtype: gl.constexpr
@@ -728,7 +692,7 @@ def _ws_load_partition(
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
     TMA: gl.constexpr, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False, CARRY: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -744,8 +708,8 @@ def _ws_load_partition(
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
     the caches' descriptors ``k_desc``/``v_desc``; those two record their
-    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``, ``FP8_PV``,
-    ``CARRY``: see ``_ws_tma_fp8_partition``."""
+    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``, ``FP8_PV``: see
+    ``_ws_tma_fp8_partition``."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
             k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
@@ -754,7 +718,6 @@ def _ws_load_partition(
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
             HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr, FP8_SCORES, FP8_PV,
-            CARRY,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -960,21 +923,6 @@ def _page_id(page_ids, p: gl.constexpr):
 
 
 @gluon.jit
-def _carried_page_ids(
-    u, n_tiles, bt_row, first, hi, p_bt_row, p_first, p_hi,
-    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-):  # fmt: skip
-    """``_tile_page_ids`` of tile ``u`` of a pass of ``n_tiles`` tiles, or
-    past its end, of tile ``u - n_tiles`` of the next pass (``p_``: its
-    block-table row, first tile start and key end)."""
-    if u < n_tiles:
-        row, start, end = bt_row, first + u * BLOCK_N, hi
-    else:
-        row, start, end = p_bt_row, p_first + (u - n_tiles) * BLOCK_N, p_hi
-    return _tile_page_ids(row, start, end, PAGE_SIZE, BLOCK_N)
-
-
-@gluon.jit
 def _tma_copy_tile(
     k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids, kv_head,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
@@ -1165,7 +1113,6 @@ def _ws_tma_fp8_partition(
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
     stats_ptr=None, FP8_SCORES: gl.constexpr = False, FP8_PV: gl.constexpr = False,
-    CARRY: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -1179,14 +1126,6 @@ def _ws_tma_fp8_partition(
     MMAs), its landing one of the buffer's two arrivals, the loader's after
     converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V not
     converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3).
-    ``CARRY``: the staging runs ``NUM_RAW`` tiles ahead across query
-    passes and items too: as a pass's last tiles are converted, the slots
-    they free take the next pass's first tiles (this item's again, or the
-    next item's, whose request data are read when this item starts), so
-    that a new item's first tiles are in flight before its turn instead of
-    after (``ahead``: the next pass's tiles staged so; passes of fewer than
-    ``NUM_RAW`` tiles stage none ahead, and take none). Without it each
-    pass starts by staging its first ``NUM_RAW`` tiles.
     ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
     for free ring buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
@@ -1197,7 +1136,6 @@ def _ws_tma_fp8_partition(
     freed = _clock() * 0 if STATS else 0
     it = 0
     r = 0
-    ahead = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
@@ -1207,54 +1145,10 @@ def _ws_tma_fp8_partition(
                 HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
             )
         )  # fmt: skip
-        if CARRY:
-            # The program's next item (the last item's data where there is
-            # none: its tiles are then not staged, as for an item without
-            # queries, which takes no pass).
-            nxt = item + gl.num_programs(0)
-            (
-                n_kv_head, _, n_num_q, n_first, n_lo, n_hi, n_tiles_next,
-                n_bt_row, n_k_head, n_v_head,
-            ) = _item_kv(
-                gl.minimum(nxt, num_items - 1), context_lens_ptr,
-                query_start_loc_ptr, block_table_ptr, k_ptr, v_ptr, window,
-                stride_bt, stride_k_head, stride_v_head, HAS_WINDOW,
-                NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
-            )  # fmt: skip
-            n_tiles_next = gl.where(
-                (nxt >= num_items) | (n_num_q <= 0), 0, n_tiles_next
-            )
         for _pass in range(0, num_q, BLOCK_Q):
-            if CARRY:
-                # The pass after this one: this item's again, or the next's.
-                if _pass + BLOCK_Q < num_q:
-                    p_kv_head, p_first, p_lo, p_hi, p_tiles = (
-                        kv_head,
-                        first,
-                        lo,
-                        hi,
-                        n_tiles,
-                    )
-                    p_bt_row, p_k_head, p_v_head = bt_row, k_head, v_head
-                else:
-                    p_kv_head, p_first, p_lo, p_hi, p_tiles = (
-                        n_kv_head,
-                        n_first,
-                        n_lo,
-                        n_hi,
-                        n_tiles_next,
-                    )
-                    p_bt_row, p_k_head, p_v_head = n_bt_row, n_k_head, n_v_head
-                # Nothing staged ahead from a short pass.
-                p_tiles = gl.where(n_tiles < NUM_RAW, 0, p_tiles)
-            # The loop counts from 0: Gluon under Triton 3.7.1 compiles
-            # range(ahead, ...), ahead carried by the enclosing loops, as a
-            # loop from 0 (and the item loop then drops ahead), so tiles were
-            # staged twice into one slot; a minimal Gluon kernel shows it,
-            # Triton 3.9 and @triton.jit do not (2026-12-02).
-            for i in range(0, gl.minimum(NUM_RAW, n_tiles) - ahead):
-                slot = (r + ahead + i) % NUM_RAW
-                start = first + (ahead + i) * BLOCK_N
+            for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
+                slot = (r + i) % NUM_RAW
+                start = first + i * BLOCK_N
                 _stage_raw(
                     k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                     raw_ready.index(slot), bt_row,
@@ -1263,16 +1157,9 @@ def _ws_tma_fp8_partition(
                     stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
                     BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES,
                 )  # fmt: skip
-            ahead = ahead * 0
-            if CARRY:
-                page_ids = _carried_page_ids(
-                    NUM_RAW, n_tiles, bt_row, first, hi, p_bt_row, p_first, p_hi,
-                    PAGE_SIZE, BLOCK_N,
-                )  # fmt: skip
-            else:
-                page_ids = _tile_page_ids(
-                    bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
-                )
+            page_ids = _tile_page_ids(
+                bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+            )
             for t in range(0, n_tiles):
                 slot = (r + t) % NUM_RAW
                 buf = it % NUM_BUF
@@ -1322,40 +1209,19 @@ def _ws_tma_fp8_partition(
                 fence_async_shared()
                 gl.barrier()
                 mbarrier.arrive(ready.index(buf), count=1)
-                u = t + NUM_RAW
-                if u < n_tiles:
+                if t + NUM_RAW < n_tiles:
                     _stage_raw(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                         raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
-                        kv_head, first + u * BLOCK_N, lo, hi,
+                        kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
                         stride_k_blk, stride_k_slot, stride_v_blk,
                         stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
                         FP8_SCORES,
                     )  # fmt: skip
-                if CARRY:
-                    # The slot freed past the pass's last staged tile takes
-                    # the next pass's tile u - n_tiles (the same slot in the
-                    # stream's order: r + n_tiles + u - n_tiles = r + u).
-                    staged_next = (u >= n_tiles) & (u - n_tiles < p_tiles)
-                    if staged_next:
-                        _stage_raw(
-                            k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
-                            raw_ready.index(slot), p_bt_row, page_ids, p_k_head,
-                            p_v_head, p_kv_head, p_first + (u - n_tiles) * BLOCK_N,
-                            p_lo, p_hi, stride_k_blk, stride_k_slot, stride_v_blk,
-                            stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                            kv_layout, FP8_SCORES,
-                        )  # fmt: skip
-                    ahead = gl.where(staged_next, u - n_tiles + 1, ahead)
-                    page_ids = _carried_page_ids(
-                        u + 1, n_tiles, bt_row, first, hi, p_bt_row, p_first,
-                        p_hi, PAGE_SIZE, BLOCK_N,
-                    )  # fmt: skip
-                else:
-                    page_ids = _tile_page_ids(
-                        bt_row, first + (u + 1) * BLOCK_N, hi, PAGE_SIZE,
-                        BLOCK_N,
-                    )  # fmt: skip
+                page_ids = _tile_page_ids(
+                    bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
+                    BLOCK_N,
+                )  # fmt: skip
                 it += 1
             r += n_tiles
     async_copy.wait_group(0)
@@ -1583,7 +1449,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False, PREFETCH_Q: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1601,11 +1467,7 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need). ``PREFETCH_Q`` (the default
-    loop): once each pass's first tile is multiplied, the rows of q that
-    these warps take in the program's next item are asked of the L2
-    (``_prefetch_rows``), so that the next item starts without waiting for
-    device memory."""
+    depth, contiguous, as 8-bit MMAs need)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1619,14 +1481,6 @@ def _ws_mma_partition(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
-        if PREFETCH_Q:
-            # The next item's request and query count (none past the last
-            # item); loaded here, used after this item's first tile.
-            nxt = item + gl.num_programs(0)
-            n_req = gl.minimum(nxt, num_items - 1) // NUM_KV_HEADS
-            n_q_first = gl.load(query_start_loc_ptr + n_req)
-            n_num_q = gl.load(query_start_loc_ptr + n_req + 1) - n_q_first
-            n_num_q = gl.where(nxt < num_items, n_num_q, 0)
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
             descale = _load_q(
@@ -1671,13 +1525,6 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
-                        if PREFETCH_Q:
-                            if t == 0:
-                                _prefetch_rows(
-                                    q_ptr, n_q_first, Q_OFFSET, n_num_q,
-                                    nxt % NUM_KV_HEADS, stride_q_t, stride_q_h,
-                                    GROUP, BLOCK_M, HEAD_DIM, MMA_WARPS,
-                                )  # fmt: skip
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
@@ -1700,8 +1547,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, CARRY: gl.constexpr,
-    PREFETCH_Q: gl.constexpr, num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1824,7 +1670,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1837,7 +1683,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1851,7 +1697,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES, FP8_PV, CARRY,
+                        FP8_SCORES, FP8_PV,
                     ),
                 ),
             ],
@@ -1872,7 +1718,6 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1886,7 +1731,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES, FP8_PV, CARRY,
+                        FP8_SCORES, FP8_PV,
                     ),
                 ),
             ],
@@ -1910,7 +1755,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False, carry=False, prefetch_q=False,
+    swap_ab=False, fp8_scores=False, fp8_pv=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1929,8 +1774,6 @@ def pipeline_constants(
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
-        CARRY=carry,
-        PREFETCH_Q=prefetch_q,
     )
 
 
@@ -2051,8 +1894,6 @@ def fixed_history_attention_wgmma(
     swap_ab=False,
     fp8_scores=False,
     fp8_pv=False,
-    carry=False,
-    prefetch_q=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2110,12 +1951,7 @@ def fixed_history_attention_wgmma(
     ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
     cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
     e4m3 tiles transposed into the ring by the loader instead of converted
-    (e4m3 V tiles in the ring: half the shared memory). ``carry`` (``tma``
-    with an fp8 cache): the loader stages the next item's (or query pass's)
-    first tiles while it converts this one's last, instead of after it
-    (``_ws_tma_fp8_partition``). ``prefetch_q`` (warp-specialized, not
-    ``overlap``/``swap_ab``): the next item's rows of q asked of the L2
-    during this item (``_ws_mma_partition``). ``wait_stats``
+    (e4m3 V tiles in the ring: half the shared memory). ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2158,12 +1994,6 @@ def fixed_history_attention_wgmma(
         )
     if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
         raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
-    if prefetch_q and not (warp_specialized and not overlap and not swap_ab):
-        raise ValueError(
-            "prefetch_q needs warp_specialized=True, overlap=False and swap_ab=False"
-        )
-    if carry and not (tma and k_cache.dtype == torch.float8_e4m3fn):
-        raise ValueError("carry needs tma=True and an fp8 cache")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2230,8 +2060,6 @@ def fixed_history_attention_wgmma(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                carry=carry,
-                prefetch_q=prefetch_q,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
