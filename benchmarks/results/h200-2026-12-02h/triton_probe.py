@@ -53,7 +53,9 @@ def call(maxnreg=None, **changes):
     launch.fixed_history_kernel = kernel if maxnreg is None else Capped(maxnreg)
     try:
         plan = dataclasses.replace(base, **changes)
-        ops.fixed_history_attention(q, k, v, bt, ctx, qsl, W, s, out=out, plan=plan, **sc)
+        ops.fixed_history_attention(
+            q, k, v, bt, ctx, qsl, W, s, out=out, plan=plan, **sc
+        )
     finally:
         launch.fixed_history_kernel = kernel
 
