@@ -30,3 +30,10 @@ sweep)
   } > $OUT/sweep.txt 2>&1
   grep -E "==|us |error" $OUT/sweep.txt | cut -c1-60 ;;
 esac
+# Lease e (same session, appended): step "span" of this script.
+if [ "$1" = span ]; then
+  P=benchmarks/results/h200-2026-12-02h/span_probe.py
+  { timeout 90 python3 $P fp8; timeout 90 python3 $P bf16; } > $OUT/span.txt 2>&1
+  cut -c1-150 $OUT/span.txt
+  ls /usr/local/cuda/bin/ncu* 2>&1 | head -2
+fi
