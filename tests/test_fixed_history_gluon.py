@@ -1230,7 +1230,10 @@ def test_wait_statistics_count_every_tile(rows, fp8):
     # wait_stats on the launch's TMA configurations: per program the
     # multiplying partitions and the loader handle the same tiles, all of
     # them together are the batch's key tiles, and no wait outlasts its
-    # partition; the output still matches the reference.
+    # partition; a multiplying partition's waits for tiles and its time
+    # between key loops are disjoint, and every program that handles tiles
+    # spends some time between them (its outputs' stores at least); the
+    # output still matches the reference.
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
@@ -1274,3 +1277,6 @@ def test_wait_statistics_count_every_tile(rows, fp8):
     for row in stats[:, parts].reshape(-1, 4):
         if row[3] > 0:
             assert 0 <= row[0] <= row[2] and 0 <= row[1] <= row[2], row
+    for row in mma.reshape(-1, 4):
+        if row[3] > 0:
+            assert 0 < row[1] and row[0] + row[1] <= row[2], row

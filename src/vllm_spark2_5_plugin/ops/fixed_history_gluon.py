@@ -1253,8 +1253,9 @@ def _timed_wait(bar, phase, waited, STATS: gl.constexpr):
 @gluon.jit
 def _store_stats(stats_ptr, part: gl.constexpr, wait_a, wait_b, started, tiles):
     """One partition's wait statistics (``wait_stats`` of the launch):
-    cycles waited at its two kinds of barrier, cycles from its start to
-    here, tiles handled; row ``part`` (0-1 multiplying, 2 loading) of the
+    cycles waited at its two kinds of barrier (the multiplying partitions:
+    at the ring, then between key loops), cycles from its start to here,
+    tiles handled; row ``part`` (0-1 multiplying, 2 loading) of the
     program's block of 3 rows of 4."""
     row = stats_ptr + (gl.program_id(0) * 3 + part) * 4
     gl.store(row, wait_a)
@@ -1461,7 +1462,9 @@ def _ws_mma_partition(
     ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
     the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``).
     ``stats_ptr`` (not ``None``): the cycles its waits for tiles took, in
-    the default loop (``_store_stats``). ``FP8_SCORES``: q rounded to e4m3
+    the default loop, and the cycles it spent between key loops (storing a
+    pass's output, reading the next item's data, loading its q: an item's
+    start as these warps see it; ``_store_stats``). ``FP8_SCORES``: q rounded to e4m3
     row by row (``_load_q``) and ``S = Q K^T`` on fp8 tensor cores with the
     e4m3 K tiles as staged. ``FP8_PV`` (with ``FP8_SCORES``, the default
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
@@ -1472,6 +1475,11 @@ def _ws_mma_partition(
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
     waited = _clock() * 0 if STATS else 0
+    # Cycles between key loops (the default loop): a pass's output stored,
+    # the next item's request data read, its q loaded; ``mark``: where the
+    # last key loop ended (the start, before the first).
+    between = waited
+    mark = started
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
@@ -1510,6 +1518,8 @@ def _ws_mma_partition(
                         NUM_BUF, MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
                     )  # fmt: skip
                 else:
+                    if STATS:
+                        between += _clock() - mark
                     for t in range(0, n_tiles):
                         buf = it % NUM_BUF
                         waited = _wait_tile(
@@ -1525,12 +1535,14 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
+                    if STATS:
+                        mark = _clock()
                 _store_output(
                     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
                     kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
                 )  # fmt: skip
     if STATS:
-        _store_stats(stats_ptr, ME, waited, waited * 0, started, it)
+        _store_stats(stats_ptr, ME, waited, between, started, it)
 
 
 @gluon.jit
@@ -1956,8 +1968,10 @@ def fixed_history_attention_wgmma(
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
     cycles waited at their barriers (multiplying: for tiles, in the loop
-    without ``overlap``/``swap_ab``; TMA loaders: for landed staged tiles,
-    then for free ring buffers), cycles from start to end, tiles."""
+    without ``overlap``/``swap_ab``, then the cycles spent between its key
+    loops, from each loop's end to the next one's start; TMA loaders: for
+    landed staged tiles, then for free ring buffers), cycles from start to
+    end, tiles."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
