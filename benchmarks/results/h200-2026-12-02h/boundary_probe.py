@@ -30,17 +30,7 @@ def probe(kv, R, L, W):
     shape = (R, L, 8, W, 32, 8, 128)
     raw, q, k, v, bt, ctx, qsl, sc = B.build(shape, seed=3, kv_dtype=kv)
     scale = 128**-0.5
-    plan = ops.plan_launch(
-        num_tokens=R * 8,
-        num_reqs=R,
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        sliding_window=W,
-        max_kv_len=bt.shape[1] * B.PAGE,
-        device=q.device,
-        kv_fp8=kv == "fp8",
-    )
+    plan = ops.uniform_batch_plan(shape, device=q.device, kv_fp8=kv == "fp8")
     scales = (sc["k_scale"], sc["v_scale"]) if sc else None
     options = gluon_options(q, PagedKV(k, v, bt, ctx, qsl, scales), plan, own_plan=True)
     if options is None:
