@@ -428,8 +428,10 @@ def _plan(
         # (500.9 -> 441.8 us; caps of 144-192 gave 442-476 us, 4 splits
         # with 128 registers 440.9), 4% under Triton 3.6. With a bf16 cache
         # the plan uses all 255 registers: capped at 128-168, it was 21-24%
-        # slower (Triton 3.6; H200, 2026-12-02).
-        if kv_fp8:
+        # slower (Triton 3.6; H200, 2026-12-02). D = 64 only: at D = 32 the
+        # plan needs 128-148 registers, and capped at 168 ptxas gave one
+        # plan 143 instead of 128 (fewer warps per SM; not measured).
+        if kv_fp8 and head_dim == 64:
             max_registers = 168
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = (
