@@ -1098,6 +1098,8 @@ if not _IN_CHILD:
             _plan(2, 32, max_registers=registers)
         assert _plan(2, 32, max_registers=168).max_registers == 168
         assert _plan(2, 32).max_registers == 0  # no cap unless asked
+        with pytest.raises(ValueError, match="Gluon kernel sets its own"):
+            _plan(2, 32, gluon=True, max_registers=168)
 
     def test_plan_refuses_e4m3_dots_over_16_keys():
         # An fp8 dot product sums over at least 32 keys: Triton would fail to

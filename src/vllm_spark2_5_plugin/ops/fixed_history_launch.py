@@ -122,6 +122,11 @@ class LaunchPlan:
                 "gluon needs num_splits == 1 and bfloat16/float16 dots, got "
                 f"num_splits={self.num_splits}, fp8_e4m3_dot={self.fp8_e4m3_dot}"
             )
+        if self.gluon and self.max_registers:
+            raise ValueError(
+                "max_registers caps the Triton kernel's registers; the Gluon "
+                f"kernel sets its own (gluon=True, max_registers={self.max_registers})"
+            )
         if self.fp8_scores and not (self.gluon and self.fp8_f16_dot):
             raise ValueError(
                 "fp8_scores needs gluon=True and fp8_f16_dot=True, got "
