@@ -327,13 +327,16 @@ def _mma_layout(n, num_warps, k=16):
 def _row_ptrs(
     base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
     GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    layout: gl.constexpr,
+    layout: gl.constexpr, STEP: gl.constexpr = 1,
 ):  # fmt: skip
     """Pointers to a tile's rows of a ``[T, nH, D]`` tensor (row r: query
     ``q_base + r // GROUP`` of the request, head ``r % GROUP`` of the KV
-    head's group) and the mask of the rows that exist."""
+    head's group; every ``STEP``-th element of each row) and the mask of
+    the rows that exist."""
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    offs_d = gl.arange(0, HEAD_DIM // STEP, layout=gl.SliceLayout(0, layout))
+    if STEP > 1:
+        offs_d = offs_d * STEP
     q_idx = q_base + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     tok = (q_first + q_idx).to(gl.int64)
@@ -363,19 +366,19 @@ def _prefetch_rows(
     registers, no wait, nothing written), so that a later load of the tile
     finds them there instead of in device memory."""
     LINE: gl.constexpr = _line_elements(base.dtype.element_ty)
-    LINES: gl.constexpr = (HEAD_DIM + LINE - 1) // LINE
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-    idx = gl.arange(0, BLOCK_M * LINES, layout=layout)
-    rows = idx // LINES
-    q_idx = q_base + rows // GROUP
-    head = kv_head * GROUP + rows % GROUP
-    tok = (q_first + q_idx).to(gl.int64)
-    ptrs = base + tok * stride_t + head * stride_h + (idx % LINES) * LINE
+    LINES: gl.constexpr = HEAD_DIM // LINE
+    layout: gl.constexpr = gl.BlockedLayout(
+        [1, 1], [32 // LINES, LINES], [num_warps, 1], [1, 0]
+    )
+    ptrs, mask = _row_ptrs(
+        base, q_first, q_base, num_q, kv_head, stride_t, stride_h, GROUP,
+        BLOCK_M, HEAD_DIM, layout, LINE,
+    )  # fmt: skip
     gl.inline_asm_elementwise(
         "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
         "mov.u32 $0, 0; }",
         "=r,l,r",
-        [ptrs, (q_idx < num_q).to(gl.int32)],
+        [ptrs, mask.to(gl.int32)],
         dtype=gl.int32,
         is_pure=False,
         pack=1,
