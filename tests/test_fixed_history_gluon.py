@@ -69,7 +69,6 @@ def _compile(
     wait_stats=False,
     fp8_scores=False,
     fp8_pv=False,
-    prefetch_q=0,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -137,7 +136,6 @@ def _compile(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                prefetch_q=prefetch_q,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -392,28 +390,6 @@ def _no_spills(code):
     import triton
 
     return code.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
-
-
-@pytest.mark.parametrize("rows", [64, 128])
-def test_prefetch_q_asks_the_l2_for_the_next_passes_q_and_adds_no_load(rows):
-    # prefetch_q: one L2 prefetch (CCTL.E.PF2) per multiplying partition
-    # (two at 128 rows), issued from the key loop a few tiles before its
-    # end; the next item's request read with two more scalar loads per
-    # partition, no other memory traffic, and the launch's register cap
-    # holds (a value or two of the next item kept on the stack under it:
-    # at most 8 bytes under vLLM 0.32.0's Triton 3.7, 24 under 3.9).
-    import triton
-
-    without, with_, cap = _without_and_with("prefetch_q", rows, value=2)
-    partitions = 2 if rows == 128 else 1
-    assert without.count("CCTL") == 0, without.instructions
-    assert with_.count("CCTL.E.PF2") == partitions, with_.instructions
-    assert with_.count("LDG") == without.count("LDG") + 2 * partitions
-    for op in ("LDS", "STS", "STG", "LDSM", "HGMMA", "QGMMA"):
-        assert with_.count(op) == without.count(op), op
-    stack = 8 if triton.__version__.startswith("3.7") else 32
-    assert with_.registers <= cap and with_.stack_bytes <= stack, with_.stack_bytes
-    assert with_.shared_bytes == without.shared_bytes
 
 
 @pytest.mark.parametrize("rows", [64, 128])
@@ -1075,21 +1051,6 @@ _KERNELS = {
         "f16_dots": True,
         "fp8_pv": True,
     },
-    # ... with the next pass's rows of q asked of the L2 two tiles before
-    # each pass ends (one-tile passes at their only tile).
-    "ws-fp8-scores-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "prefetch_q": 2,
-    },
-    "ws-128rows-fp8-scores-prefetch-q": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "prefetch_q": 2,
-    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -1110,19 +1071,6 @@ _KERNELS = {
         "pingpong": True,
         "ring": 6,
         "raw_slots": 4,
-    },
-    # Caches in q's dtype or fp8, by TMA, q asked of the L2 ahead of each
-    # pass.
-    "ws-tma-prefetch-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "prefetch_q": 4,
-    },
-    "ws-128rows-prefetch-q": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=False),
-        "prefetch_q": 1,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {

@@ -327,16 +327,13 @@ def _mma_layout(n, num_warps, k=16):
 def _row_ptrs(
     base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
     GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    layout: gl.constexpr, STEP: gl.constexpr = 1,
+    layout: gl.constexpr,
 ):  # fmt: skip
     """Pointers to a tile's rows of a ``[T, nH, D]`` tensor (row r: query
     ``q_base + r // GROUP`` of the request, head ``r % GROUP`` of the KV
-    head's group; every ``STEP``-th element of each row) and the mask of
-    the rows that exist."""
+    head's group) and the mask of the rows that exist."""
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    offs_d = gl.arange(0, HEAD_DIM // STEP, layout=gl.SliceLayout(0, layout))
-    if STEP > 1:
-        offs_d = offs_d * STEP
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     q_idx = q_base + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     tok = (q_first + q_idx).to(gl.int64)
@@ -347,42 +344,6 @@ def _row_ptrs(
     )
     mask = gl.expand_dims(q_idx < num_q, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
     return ptrs, mask
-
-
-@gluon.constexpr_function
-def _line_elements(dtype):
-    """Elements of ``dtype`` in a 128-byte line."""
-    return 1024 // dtype.primitive_bitwidth
-
-
-@gluon.jit
-def _prefetch_rows(
-    base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
-    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    num_warps: gl.constexpr,
-):  # fmt: skip
-    """Asks the L2 for the rows that ``_row_ptrs`` points to (the rows
-    that exist, each 128-byte line once; ``prefetch.global.L2``: no
-    registers, no wait, nothing written), so that a later load of the tile
-    finds them there instead of in device memory."""
-    LINE: gl.constexpr = _line_elements(base.dtype.element_ty)
-    LINES: gl.constexpr = HEAD_DIM // LINE
-    layout: gl.constexpr = gl.BlockedLayout(
-        [1, 1], [32 // LINES, LINES], [num_warps, 1], [1, 0]
-    )
-    ptrs, mask = _row_ptrs(
-        base, q_first, q_base, num_q, kv_head, stride_t, stride_h, GROUP,
-        BLOCK_M, HEAD_DIM, layout, LINE,
-    )  # fmt: skip
-    gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
-        "mov.u32 $0, 0; }",
-        "=r,l,r",
-        [ptrs, mask.to(gl.int32)],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
 
 
 @gluon.jit
@@ -1489,7 +1450,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False, PREFETCH_Q: gl.constexpr = 0,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1509,13 +1470,7 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need). ``PREFETCH_Q`` (> 0, the
-    default loop): ``PREFETCH_Q`` tiles before the end of each key loop
-    (at its first tile if it is shorter), the rows of q that these warps
-    take in their next pass (this item's next, or the program's next
-    item's first) are asked of the L2 (``_prefetch_rows``): late enough
-    that the key tiles streaming through the L2 meanwhile do not evict
-    them, early enough to land before the pass starts."""
+    depth, contiguous, as 8-bit MMAs need)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1534,14 +1489,6 @@ def _ws_mma_partition(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N, ALIGN,
         )  # fmt: skip
-        if PREFETCH_Q > 0:
-            # The next item's request and query count (none past the last
-            # item), read here, used near the end of this item.
-            nxt = item + gl.num_programs(0)
-            n_req = gl.minimum(nxt, num_items - 1) // NUM_KV_HEADS
-            n_q_first = gl.load(query_start_loc_ptr + n_req)
-            n_num_q = gl.load(query_start_loc_ptr + n_req + 1) - n_q_first
-            n_num_q = gl.where(nxt < num_items, n_num_q, 0)
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
             descale = _load_q(
@@ -1588,21 +1535,6 @@ def _ws_mma_partition(
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
-                        # (A compile-time branch around a run-time one.)
-                        if PREFETCH_Q > 0:  # noqa: SIM102
-                            if t == gl.maximum(n_tiles - PREFETCH_Q, 0):
-                                # The next pass: this item's, or the next
-                                # item's first.
-                                more = pass_base + PASS_Q < num_q
-                                _prefetch_rows(
-                                    q_ptr,
-                                    gl.where(more, q_first, n_q_first),
-                                    gl.where(more, q_base + PASS_Q, Q_OFFSET),
-                                    gl.where(more, num_q, n_num_q),
-                                    gl.where(more, kv_head, nxt % NUM_KV_HEADS),
-                                    stride_q_t, stride_q_h, GROUP, BLOCK_M,
-                                    HEAD_DIM, MMA_WARPS,
-                                )  # fmt: skip
                     if STATS:
                         mark = _clock()
                 _store_output(
@@ -1627,8 +1559,7 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, PREFETCH_Q: gl.constexpr,
-    num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1751,7 +1682,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1764,7 +1695,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV, PREFETCH_Q,
+                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
                     ),
                 ),
                 (
@@ -1799,7 +1730,6 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        PREFETCH_Q,
                     ),
                 ),
                 (
@@ -1837,7 +1767,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False, prefetch_q=0,
+    swap_ab=False, fp8_scores=False, fp8_pv=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1856,7 +1786,6 @@ def pipeline_constants(
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
-        PREFETCH_Q=int(prefetch_q),
     )
 
 
@@ -1977,7 +1906,6 @@ def fixed_history_attention_wgmma(
     swap_ab=False,
     fp8_scores=False,
     fp8_pv=False,
-    prefetch_q=0,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2035,10 +1963,7 @@ def fixed_history_attention_wgmma(
     ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
     cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
     e4m3 tiles transposed into the ring by the loader instead of converted
-    (e4m3 V tiles in the ring: half the shared memory). ``prefetch_q``
-    (warp-specialized, not ``overlap``/``swap_ab``; 0: off): this many key
-    tiles before each pass ends, the multiplying warps ask the L2 for the
-    next pass's rows of q (``_ws_mma_partition``). ``wait_stats``
+    (e4m3 V tiles in the ring: half the shared memory). ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2080,13 +2005,6 @@ def fixed_history_attention_wgmma(
     ):
         raise ValueError(
             "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
-        )
-    if prefetch_q and (
-        not warp_specialized or overlap or swap_ab or not 0 < prefetch_q < 64
-    ):
-        raise ValueError(
-            "prefetch_q (key tiles before a pass ends, 1..63) needs "
-            "warp_specialized=True, overlap=False and swap_ab=False"
         )
     if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
         raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
@@ -2156,7 +2074,6 @@ def fixed_history_attention_wgmma(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
-                prefetch_q=prefetch_q,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
