@@ -1,4 +1,16 @@
-# TEMP segment probe: multiplying warps' between-loop cycles split.
+# Segment probe (2026-12-03, lease a; seg.txt): where the fp8 kernel's
+# partitions spend their cycles at shape 3 (R, L, W = 256, 2048, 1024) and
+# 512, 2040, 1016. It ran against a temporary build of the kernel (not
+# committed) with %clock64 marks added: the multiplying warps summed per
+# item the cycles of the output store (from the key loop's end), of the
+# item's request data (read with the clock made to depend on the loaded
+# values) and of _load_q, into row 1 of the statistics; the fp8 TMA loader
+# summed per tile the cycles of staging K, of converting V, and of the rest
+# of the iteration (fence, barrier, signal, the next V staged, page ids),
+# and per item its start, into a fourth block of rows after the programs'
+# statistics (hence the doubled tensor). The marks themselves cost cycles
+# (the multiplying warps then kept 24-40 bytes on the stack): read the
+# split, not the totals.
 import sys
 sys.path[:0] = ["benchmarks", "src"]
 import bench_fixed_history_attention as B
