@@ -69,6 +69,7 @@ def _compile(
     wait_stats=False,
     fp8_scores=False,
     fp8_pv=False,
+    issue_warp=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -136,6 +137,7 @@ def _compile(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
+                issue_warp=issue_warp,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -366,6 +368,44 @@ def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
     assert 2 * fp8.count(conversions) == plain.count(conversions) > 0
     assert fp8.registers <= options["maxnreg"] and _no_spills(fp8)
     assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
+
+
+def test_issue_warp_takes_the_copies_out_of_the_converting_warps():
+    # issue_warp: the fp8-scores kernel with a 1-warp partition that issues
+    # the copies and a 2-warp one that converts V (8 warps in all, as
+    # before, so that two programs still fit an SM): the same TMA copies
+    # and MMAs, twice the conversions per converting thread, fewer
+    # warpgroup-wide barriers, two more barriers (the staging slots'
+    # releases) in shared memory, within 128 registers and without spills
+    # under vLLM 0.32.0's Triton 3.7 (3.9 keeps 40 bytes on the stack).
+    import triton
+
+    without, with_, cap = _without_and_with("issue_warp", 64)
+    for op in ("UTMALDG", "QGMMA", "HGMMA"):
+        assert with_.count(op) == without.count(op) > 0, op
+    conversions = "F2FP.F16.E4M3.UNPACK_B"
+    assert with_.count(conversions) == 2 * without.count(conversions) > 0
+    assert with_.count("BAR.SYNC") < without.count("BAR.SYNC")
+    assert with_.shared_bytes == without.shared_bytes + 3 * 8 + 8, with_.shared_bytes
+    stack = 0 if triton.__version__.startswith("3.7") else 40
+    assert with_.registers <= cap and with_.stack_bytes <= stack, with_.stack_bytes
+
+
+def test_issue_warp_is_refused_outside_fp8_scores():
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(4, 16, 1, 128, dtype=torch.float8_e4m3fn)
+    lens = torch.ones(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="issue_warp needs fp8_scores"):
+        fixed_history_attention_wgmma(
+            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32), lens,
+            torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
+            k_scale=torch.ones(()), v_scale=torch.ones(()),
+            warp_specialized=True, tma=True, f16_dots=True, issue_warp=True,
+        )  # fmt: skip
 
 
 def _without_and_with(option, rows, scores=True, value=True):
@@ -1027,6 +1067,23 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
+    # ... with a warp of its own issuing the copies (issue_warp), at the
+    # launch's depth and at shallower ones (one staged tile: no V ahead).
+    "ws-fp8-scores-issue-warp": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "issue_warp": True,
+    },
+    "ws-fp8-scores-issue-warp-ring2-raw1": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True),
+        "f16_dots": True,
+        "fp8_scores": True,
+        "issue_warp": True,
+        "ring": 2,
+        "raw_slots": 1,
+    },
     # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
     # transposed into the ring (the launch's fp8_scores pipelines, and
     # deeper; not in the policy: slower, see the kernel's fp8_pv).
@@ -1224,16 +1281,26 @@ def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, po
 
 
 @_sm90
-@pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("rows", [64, 128])
-def test_wait_statistics_count_every_tile(rows, fp8):
+@pytest.mark.parametrize(
+    "rows,fp8,extra",
+    [
+        (64, None, {}),
+        (128, None, {}),
+        (64, (0.02, 3.0), {}),
+        (128, (0.02, 3.0), {}),
+        (64, (0.02, 3.0), {"issue_warp": True}),
+    ],
+    ids=["64-bf16", "128-bf16", "64-fp8", "128-fp8", "64-fp8-issue-warp"],
+)
+def test_wait_statistics_count_every_tile(rows, fp8, extra):
     # wait_stats on the launch's TMA configurations: per program the
     # multiplying partitions and the loader handle the same tiles, all of
     # them together are the batch's key tiles, and no wait outlasts its
     # partition; a multiplying partition's waits for tiles and its time
     # between key loops are disjoint, and every program that handles tiles
     # spends some time between them (its outputs' stores at least); the
-    # output still matches the reference.
+    # output still matches the reference. (issue_warp: the converting warps
+    # are the loader's row.)
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
@@ -1256,10 +1323,15 @@ def test_wait_statistics_count_every_tile(rows, fp8):
     out = fixed_history_attention_wgmma(
         q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5,
         **scales, warp_specialized=True, rows=rows, wait_stats=stats,
-        **_gluon_pipeline(rows, kv_fp8=fp8 is not None, tma=True),
+        **_gluon_pipeline(
+            rows, kv_fp8=fp8 is not None, tma=True, fp8_scores=bool(extra)
+        ),
+        **extra,
     )  # fmt: skip
     torch.cuda.synchronize()
-    ref = _reference_f64(q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5, fp8)
+    q_ref = _e4m3_pow2_rows(q) if extra else q  # (fp8 scores: q as rounded)
+    scale = case.head_dim**-0.5
+    ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, case.window, scale, fp8)
     _assert_close(out, ref, torch.bfloat16, sum(case.q_lens), f"wait_stats {rows}")
     block_q, page = rows // group, case.page_size
     expected = 0

@@ -1230,6 +1230,142 @@ def _ws_tma_fp8_partition(
 
 
 @gluon.jit
+def _ws_fp8_issue_partition(
+    k_desc, v_desc, v_raw, raw_ready, raw_free, k_smem, ready, empty,
+    k_ptr, v_ptr, block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+    window, num_reqs,
+    stride_k_blk, stride_k_slot, stride_k_head,
+    stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+    NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
+):  # fmt: skip
+    """``ISSUE_WARP`` (fp8 scores): one warp that only issues the copies.
+    Per key tile t of a pass, in order: the e4m3 V tile ``NUM_RAW - 1``
+    tiles ahead into its staging slot once the converting warps have
+    released the slot (``raw_free``; they released it after converting
+    the tile before), then tile t's K straight into ring buffer
+    ``t % NUM_BUF`` once the MMAs have released it (its landing one of the
+    buffer's two arrivals). Both tiles' page ids are read a tile ahead, so
+    that their latency stays off this warp's path; the copies themselves
+    are ``_stage_tile``'s (TMA, or ``cp.async`` for the edge tiles). The
+    block-table reads, the waits and the TMA issue that the converting
+    warps would otherwise do between their conversions run here, beside
+    them."""
+    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 1)
+    LEAD: gl.constexpr = NUM_RAW - 1
+    it = 0  # K tiles issued (ring position)
+    r = 0  # V tiles issued (staging position)
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        kv_head, q_first, num_q, first, lo, hi, n_tiles, bt_row, k_head, v_head = (
+            _item_kv(
+                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
+                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
+                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+            )
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            for i in range(0, gl.minimum(LEAD, n_tiles)):
+                slot = r % NUM_RAW
+                mbarrier.wait(raw_free.index(slot), ((r // NUM_RAW) & 1) ^ 1)
+                _stage_tile(
+                    v_desc, None, v_raw.index(slot), None, raw_ready.index(slot),
+                    bt_row, None, v_head, None, kv_head, first + i * BLOCK_N,
+                    lo, hi, stride_v_blk, stride_v_slot, None, None,
+                    PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+                )  # fmt: skip
+                r += 1
+            k_pages = _tile_page_ids(bt_row, first, hi, PAGE_SIZE, BLOCK_N)
+            v_pages = _tile_page_ids(
+                bt_row, first + LEAD * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+            )
+            for t in range(0, n_tiles):
+                if t + LEAD < n_tiles:
+                    slot = r % NUM_RAW
+                    mbarrier.wait(raw_free.index(slot), ((r // NUM_RAW) & 1) ^ 1)
+                    _stage_tile(
+                        v_desc, None, v_raw.index(slot), None,
+                        raw_ready.index(slot), bt_row, v_pages, v_head, None,
+                        kv_head, first + (t + LEAD) * BLOCK_N, lo, hi,
+                        stride_v_blk, stride_v_slot, None, None, PAGE_SIZE,
+                        BLOCK_N, HEAD_DIM, kv_layout,
+                    )  # fmt: skip
+                    r += 1
+                buf = it % NUM_BUF
+                # Free once the MMAs on its previous tile completed (in the
+                # first round parity 1, which precedes a new barrier's phase).
+                mbarrier.wait(empty.index(buf), ((it // NUM_BUF) & 1) ^ 1)
+                _stage_tile(
+                    k_desc, None, k_smem.index(buf), None, ready.index(buf),
+                    bt_row, k_pages, k_head, None, kv_head, first + t * BLOCK_N,
+                    lo, hi, stride_k_blk, stride_k_slot, None, None, PAGE_SIZE,
+                    BLOCK_N, HEAD_DIM, kv_layout,
+                )  # fmt: skip
+                k_pages = _tile_page_ids(
+                    bt_row, first + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
+                )
+                v_pages = _tile_page_ids(
+                    bt_row, first + (t + LEAD + 1) * BLOCK_N, hi, PAGE_SIZE,
+                    BLOCK_N,
+                )  # fmt: skip
+                it += 1
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _ws_fp8_convert_partition(
+    v_raw, raw_ready, raw_free, v_smem, ready, empty, context_lens_ptr,
+    query_start_loc_ptr, window, num_reqs, NUM_KV_HEADS: gl.constexpr,
+    BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr,
+    NUM_RAW: gl.constexpr, NARROW: gl.constexpr, stats_ptr=None,
+):  # fmt: skip
+    """``ISSUE_WARP`` (fp8 scores): the converting warpgroup beside
+    ``_ws_fp8_issue_partition``. Per key tile, once its e4m3 V tile has
+    landed in staging slot ``it % NUM_RAW`` and ring buffer
+    ``it % NUM_BUF`` is free: V read back, converted to float16 and
+    stored into the ring, fenced for the MMAs' proxy, then one arrival on
+    the buffer's ``ready`` (its other: K's landing) and one on the slot's
+    ``raw_free``. ``stats_ptr``: see ``_store_stats`` (row 2: its waits for
+    landed tiles, then for free ring buffers)."""
+    cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, gl.num_warps())
+    STATS: gl.constexpr = stats_ptr is not None
+    started = _clock() if STATS else 0
+    landed = _clock() * 0 if STATS else 0
+    freed = _clock() * 0 if STATS else 0
+    it = 0
+    num_items = num_reqs * NUM_KV_HEADS
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        _, _, _, num_q, _, _, _, n_tiles = _item_range(
+            item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
+            NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
+        )  # fmt: skip
+        for _pass in range(0, num_q, BLOCK_Q):
+            for _t in range(0, n_tiles):
+                slot = it % NUM_RAW
+                buf = it % NUM_BUF
+                landed = _timed_wait(
+                    raw_ready.index(slot), (it // NUM_RAW) & 1, landed, STATS
+                )
+                freed = _timed_wait(
+                    empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
+                )
+                v = v_raw.index(slot).load(cvt_layout)
+                v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
+                # Every converting thread's stores visible to the MMAs'
+                # proxy and its reads of the slot done before TMA writes
+                # it again.
+                fence_async_shared()
+                gl.barrier()
+                mbarrier.arrive(ready.index(buf), count=1)
+                mbarrier.arrive(raw_free.index(slot), count=1)
+                it += 1
+    if STATS:
+        _store_stats(stats_ptr, 2, landed, freed, started, it)
+
+
+@gluon.jit
 def _clock():
     """The SM's cycle counter (``%clock64``; for the wait statistics)."""
     return gl.inline_asm_elementwise(
@@ -1559,7 +1695,8 @@ def fixed_history_ws_kernel(
     OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, num_warps: gl.constexpr,
+    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1666,6 +1803,13 @@ def fixed_history_ws_kernel(
             )
             for i in gl.static_range(NUM_RAW):
                 mbarrier.init(raw_ready.index(i), count=1)
+        if ISSUE_WARP:
+            # Each slot released by the converting warps once read.
+            raw_free = gl.allocate_shared_memory(
+                gl.int64, [NUM_RAW, 1], mbarrier.MBarrierLayout()
+            )
+            for i in gl.static_range(NUM_RAW):
+                mbarrier.init(raw_free.index(i), count=1)
     else:
         k_raw = k_smem  # unused: copied straight into the ring
         v_raw = v_smem
@@ -1715,6 +1859,48 @@ def fixed_history_ws_kernel(
             ],
             [4, 4],
             [MMA_REGS, WORKER_REGS],
+        )  # fmt: skip
+    elif ISSUE_WARP:
+        gl.warp_specialize(
+            [
+                (
+                    _ws_mma_partition,
+                    (
+                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                        NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
+                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
+                        OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
+                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                    ),
+                ),
+                (
+                    _ws_fp8_convert_partition,
+                    (
+                        v_raw, raw_ready, raw_free, v_smem, ready, empty,
+                        context_lens_ptr, query_start_loc_ptr, window,
+                        num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
+                        PAGE_SIZE, HAS_WINDOW, NUM_BUF, NUM_RAW,
+                        NARROW_CONVERT, stats_ptr,
+                    ),
+                ),
+                (
+                    _ws_fp8_issue_partition,
+                    (
+                        k_desc, v_desc, v_raw, raw_ready, raw_free, k_smem,
+                        ready, empty, k_ptr, v_ptr, block_table_ptr,
+                        context_lens_ptr, query_start_loc_ptr, window,
+                        num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
+                        stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                        HAS_WINDOW, NUM_BUF, NUM_RAW,
+                    ),
+                ),
+            ],
+            [2, 1],
+            [WORKER_REGS, WORKER_REGS],
         )  # fmt: skip
     else:
         gl.warp_specialize(
@@ -1767,7 +1953,7 @@ def copies_ahead(ring: int, overlap: bool) -> int:
 def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False,
+    swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1786,6 +1972,7 @@ def pipeline_constants(
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
+        ISSUE_WARP=issue_warp,
     )
 
 
@@ -1906,6 +2093,7 @@ def fixed_history_attention_wgmma(
     swap_ab=False,
     fp8_scores=False,
     fp8_pv=False,
+    issue_warp=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2008,6 +2196,10 @@ def fixed_history_attention_wgmma(
         )
     if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
         raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
+    if issue_warp and not (fp8_scores and not fp8_pv and not split_mma):
+        raise ValueError(
+            "issue_warp needs fp8_scores=True, fp8_pv=False and split_mma=False"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2074,6 +2266,7 @@ def fixed_history_attention_wgmma(
                 swap_ab=swap_ab,
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
+                issue_warp=issue_warp,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
