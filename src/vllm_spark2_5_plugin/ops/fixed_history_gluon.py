@@ -119,17 +119,35 @@ def _item_range(
     start (``lo`` rounded down to a multiple of ``ALIGN``: a page for TMA,
     which copies whole pages), the key range ``lo .. hi - 1`` (the window's
     last keys and the draft block) and the key tiles of an item."""
-    kv_head = item % NUM_KV_HEADS
     req = item // NUM_KV_HEADS
+    q_first, num_q, ctx_len = _request_data(req, context_lens_ptr, query_start_loc_ptr)
+    first, lo, hi, n_tiles = _item_span(
+        num_q, ctx_len, window, HAS_WINDOW, BLOCK_N, ALIGN
+    )
+    return req, item % NUM_KV_HEADS, q_first, num_q, first, lo, hi, n_tiles
+
+
+@gluon.jit
+def _request_data(req, context_lens_ptr, query_start_loc_ptr):
+    """A request's first query row, query count and context length."""
     q_first = gl.load(query_start_loc_ptr + req)
     num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
-    ctx_len = gl.load(context_lens_ptr + req)
+    return q_first, num_q, gl.load(context_lens_ptr + req)
+
+
+@gluon.jit
+def _item_span(
+    num_q, ctx_len, window, HAS_WINDOW: gl.constexpr, BLOCK_N: gl.constexpr,
+    ALIGN: gl.constexpr,
+):  # fmt: skip
+    """``_item_range``'s keys from a request's data: where the tiles start,
+    ``lo``, ``hi`` and the tiles."""
     hi = ctx_len + num_q
     lo = 0
     if HAS_WINDOW:
         lo = gl.maximum(ctx_len - window, 0)
     first = lo - lo % ALIGN
-    return req, kv_head, q_first, num_q, first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
+    return first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
 
 
 @gluon.jit
@@ -443,16 +461,24 @@ def _weights_log2(dtype):
 
 
 @gluon.jit
+def _out_scale(v_scale_ptr, KV_FP8: gl.constexpr):
+    """The factor of every output value: ``v_scale`` for fp8, else 1."""
+    if KV_FP8:
+        return gl.load(v_scale_ptr)
+    else:
+        return 1.0
+
+
+@gluon.jit
 def _store_output(
     out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
     stride_o_t, stride_o_h, GROUP: gl.constexpr, KV_FP8: gl.constexpr,
 ):  # fmt: skip
-    """``acc / l`` (times ``v_scale`` for fp8) into the tile's output rows."""
+    """``acc`` times ``v_scale / l`` (``v_scale``: for fp8, else 1; one
+    division per row, not per value) into the tile's output rows."""
     o_layout: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    result = acc / gl.expand_dims(l_o, 1)
-    if KV_FP8:
-        result = result * gl.load(v_scale_ptr)
+    result = acc * gl.expand_dims(_out_scale(v_scale_ptr, KV_FP8) / l_o, 1)
     ptrs, mask = _row_ptrs(
         out_ptr, q_first, q_base, num_q, kv_head, stride_o_t, stride_o_h,
         GROUP, acc.shape[0], acc.shape[1], o_layout,
@@ -1556,9 +1582,8 @@ def _store_output_t(
     layout: gl.constexpr = acc.type.layout
     HEAD_DIM: gl.constexpr = acc.shape[0]
     BLOCK_M: gl.constexpr = acc.shape[1]
-    result = acc / gl.expand_dims(gl.sum(l_part, axis=0), 0)
-    if KV_FP8:
-        result = result * gl.load(v_scale_ptr)
+    l_sum = gl.sum(l_part, axis=0)
+    result = acc * gl.expand_dims(_out_scale(v_scale_ptr, KV_FP8) / l_sum, 0)
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, layout))
     q_idx = q_base + rows // GROUP
