@@ -1394,7 +1394,8 @@ if not _IN_CHILD:
     def test_launch_hands_fp8_scores_to_the_gluon_kernel(rows):
         # With fp8_scores in the plan, the Gluon kernel gets it where TMA
         # copies the fp8 cache (at 64 rows with a ring of 3 and 3 staged
-        # tiles), and not where TMA cannot (the plan's other choices stay).
+        # tiles, a warp issuing the copies), and not where TMA cannot (the
+        # plan's other choices stay).
         from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
         from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
@@ -1432,7 +1433,7 @@ if not _IN_CHILD:
         assert no_tma == expected
         expected.update(tma=True, fp8_scores=True)
         if rows == 64:
-            expected.update(ring=3, raw_slots=3)
+            expected.update(ring=3, raw_slots=3, issue_warp=True)
         assert tma == expected
 
     def test_launch_logs_once_which_kernel_runs(caplog):
@@ -1468,7 +1469,7 @@ if not _IN_CHILD:
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
-            "(fp8_scores, narrow_convert, tma)",
+            "(fp8_scores, issue_warp, narrow_convert, tma)",
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines
