@@ -71,6 +71,7 @@ def _compile(
     fp8_pv=False,
     issue_warp=False,
     stage_q=False,
+    k_ring=0,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -140,6 +141,7 @@ def _compile(
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
                 stage_q=stage_q,
+                k_ring=k_ring,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -417,6 +419,27 @@ def test_stage_q_moves_q_to_the_converting_warps_within_two_programs_per_sm():
     assert staged.registers <= cap and staged.stack_bytes <= stack
 
 
+def test_k_ring_gives_k_a_deeper_ring_within_two_programs_per_sm():
+    # k_ring: K's e4m3 tiles in a ring of their own (5 buffers of 8 KB)
+    # beside V's float16 ring (2 of 16 KB) and 4 staged V tiles: 9 tiles'
+    # bytes in flight instead of 6, the same MMAs and copies, two more
+    # barrier waits and arrivals per tile in the multiplying warps, within
+    # half an H200 SM's shared memory (less the 1 KB each block reserves)
+    # and 128 registers (a few bytes on the stack: at most 24 under Triton
+    # 3.7, 56 under 3.9).
+    import triton
+
+    launch, deep, cap = _without_and_with("k_ring", 64, value=5, ring=2, raw_slots=4)
+    for op in ("UTMALDG", "QGMMA", "HGMMA", "F2FP.F16.E4M3.UNPACK_B"):
+        assert deep.count(op) == launch.count(op) > 0, op
+    assert deep.count("SYNCS") > launch.count("SYNCS")
+    added = (5 * 8 + 2 * 16 + 4 * 8 + 8) * 1024 + (5 * 2 + 2 * 2 + 4 * 2) * 8
+    assert 0 <= deep.shared_bytes - added < 1024
+    assert 2 * (deep.shared_bytes + 1024) <= 228 * 1024
+    stack = 24 if triton.__version__.startswith("3.7") else 56
+    assert deep.registers <= cap and deep.stack_bytes <= stack, deep.stack_bytes
+
+
 def test_issue_warp_is_refused_outside_fp8_scores():
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
@@ -437,6 +460,12 @@ def test_issue_warp_is_refused_outside_fp8_scores():
         fixed_history_attention_wgmma(*args, **options, issue_warp=True)
     with pytest.raises(ValueError, match="stage_q needs issue_warp"):
         fixed_history_attention_wgmma(*args, **options, fp8_scores=True, stage_q=True)
+    with pytest.raises(ValueError, match="k_ring"):
+        fixed_history_attention_wgmma(*args, **options, fp8_scores=True, k_ring=4)
+    with pytest.raises(ValueError, match="k_ring=9"):
+        fixed_history_attention_wgmma(
+            *args, **options, fp8_scores=True, issue_warp=True, k_ring=9
+        )
 
 
 def _without_and_with(option, rows, scores=True, value=True, **changes):
@@ -1132,6 +1161,25 @@ _KERNELS = {
         "ring": 2,
         "raw_slots": 1,
     },
+    # ... and K in a ring of its own (k_ring), deeper than V's; the
+    # smallest rings with q staged too.
+    "ws-fp8-scores-k-ring5-ring2-raw4": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "k_ring": 5,
+        "ring": 2,
+        "raw_slots": 4,
+    },
+    "ws-fp8-scores-k-ring2-ring1-raw1-stage-q": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "stage_q": True,
+        "k_ring": 2,
+        "ring": 1,
+        "raw_slots": 1,
+    },
     "ws-fp8-scores-issue-warp-ring2-raw1": {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
@@ -1347,6 +1395,7 @@ def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, po
         (128, (0.02, 3.0), {}),
         (64, (0.02, 3.0), {"issue_warp": True, "f16_dots": True}),
         (64, (0.02, 3.0), {"issue_warp": True, "stage_q": True, "f16_dots": True}),
+        (64, (0.02, 3.0), {"issue_warp": True, "k_ring": 4, "f16_dots": True}),
     ],
     ids=[
         "64-bf16",
@@ -1355,6 +1404,7 @@ def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, po
         "128-fp8",
         "64-fp8-issue-warp",
         "64-fp8-stage-q",
+        "64-fp8-k-ring",
     ],  # fmt: skip
 )
 def test_wait_statistics_count_every_tile(rows, fp8, extra):

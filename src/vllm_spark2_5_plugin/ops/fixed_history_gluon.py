@@ -1306,6 +1306,8 @@ def _ws_fp8_issue_partition(
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): one warp that only issues the copies.
+    ``k_smem``, ``ready``, ``empty``: K's ring and its barriers (``NUM_BUF``
+    buffers: the ring K shares with V, or with ``K_RING`` K's own).
     Per key tile t of a pass, in order: the e4m3 V tile ``NUM_RAW - 1``
     tiles ahead into its staging slot once the converting warps have
     released the slot (``raw_free``; they released it after converting
@@ -1672,7 +1674,8 @@ def _ws_mma_partition(
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, STAGE_Q: gl.constexpr = False, q_scales=None,
-    q_ready=None, q_free=None,
+    q_ready=None, q_free=None, K_RING: gl.constexpr = 0, k_ready=None,
+    k_empty=None,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1696,7 +1699,11 @@ def _ws_mma_partition(
     default loop): q is not loaded here; the ``n``-th pass waits for
     buffer ``n % 2`` of ``q_smem`` (``q_ready``), staged with its rows'
     factors ``q_scales`` by the converting warps, and releases it
-    (``q_free``) once its key loop is done."""
+    (``q_free``) once its key loop is done. ``K_RING`` (> 0, with
+    ``issue_warp``, the default loop): the K tiles in a ring of their own
+    (``K_RING`` buffers of ``k_smem``, barriers ``k_ready``/``k_empty``),
+    each released as soon as its ``S`` is done; ``ready``/``empty`` are V's
+    alone."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1762,17 +1769,38 @@ def _ws_mma_partition(
                         between += _clock() - mark
                     for t in range(0, n_tiles):
                         buf = it % NUM_BUF
-                        waited = _wait_tile(
-                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
-                        )
-                        s = _issue_scores(q_tile, k_smem.index(buf), MMA_WARPS)
-                        v_buf = v_smem.index(buf)
-                        if FP8_PV:
-                            v_buf = v_buf.permute((1, 0))
-                        m_i, l_i, acc = _finish_tile(
-                            s, v_buf, m_i, l_i, acc,
-                            first + t * BLOCK_N, lo, hi, row_scale,
-                        )  # fmt: skip
+                        if K_RING > 0:
+                            kb = it % K_RING
+                            waited = _wait_tile(
+                                k_ready, it, K_RING, FENCE_IN_MMA, waited, STATS
+                            )
+                            s = _issue_scores(q_tile, k_smem.index(kb), MMA_WARPS)
+                            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                            mbarrier.arrive(k_empty.index(kb), count=1)
+                            p_op, m_i, l_i, acc = _softmax_step(
+                                s, m_i, l_i, acc, first + t * BLOCK_N, lo, hi,
+                                row_scale, v_smem.dtype,
+                            )  # fmt: skip
+                            # (The converting warps fenced V themselves.)
+                            waited = _wait_tile(
+                                ready, it, NUM_BUF, False, waited, STATS
+                            )
+                            acc = warpgroup_mma(
+                                p_op, v_smem.index(buf), acc, is_async=True
+                            )
+                            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                        else:
+                            waited = _wait_tile(
+                                ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
+                            )
+                            s = _issue_scores(q_tile, k_smem.index(buf), MMA_WARPS)
+                            v_buf = v_smem.index(buf)
+                            if FP8_PV:
+                                v_buf = v_buf.permute((1, 0))
+                            m_i, l_i, acc = _finish_tile(
+                                s, v_buf, m_i, l_i, acc,
+                                first + t * BLOCK_N, lo, hi, row_scale,
+                            )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
                     if STAGE_Q:
@@ -1804,7 +1832,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    STAGE_Q: gl.constexpr, num_warps: gl.constexpr,
+    STAGE_Q: gl.constexpr, K_RING: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1854,11 +1882,24 @@ def fixed_history_ws_kernel(
         for i in gl.static_range(2):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(q_free.index(i), count=1)
+    # K_RING: K's own ring (e4m3, staged by TMA) and its barriers.
     k_smem = gl.allocate_shared_memory(
         qk_dtype,
-        [NUM_BUF, BLOCK_N, HEAD_DIM],
+        [K_RING if K_RING > 0 else NUM_BUF, BLOCK_N, HEAD_DIM],
         _tile_smem([BLOCK_N, HEAD_DIM], qk_dtype),
     )
+    k_ready = q_smem  # unused but with K_RING
+    k_empty = q_smem
+    if K_RING > 0:
+        k_ready = gl.allocate_shared_memory(
+            gl.int64, [K_RING, 1], mbarrier.MBarrierLayout()
+        )
+        k_empty = gl.allocate_shared_memory(
+            gl.int64, [K_RING, 1], mbarrier.MBarrierLayout()
+        )
+        for i in gl.static_range(K_RING):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=1)
     if FP8_PV:
         # The keys contiguous: the depth of P V (8-bit MMAs read their B
         # operand along its depth only).
@@ -1879,8 +1920,13 @@ def fixed_history_ws_kernel(
     # TMA: one arrival (with the tile's bytes, or the loader's after its
     # counted cp.async copies), the multiplying warps fencing every tile.
     # FP8_SCORES: that arrival for K, and the loader's once V is converted.
+    # K_RING: V's barriers have the converting warps' arrival alone.
     ARRIVALS: gl.constexpr = (
-        2 if FP8_SCORES else 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
+        (1 if K_RING > 0 else 2)
+        if FP8_SCORES
+        else 128
+        if FENCE_IN_MMA and not KV_FP8 and not TMA
+        else 1
     )
     MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and (FP8_SCORES or not KV_FP8))
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
@@ -1997,7 +2043,8 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        STAGE_Q, q_scales, q_ready, q_free,
+                        STAGE_Q, q_scales, q_ready, q_free, K_RING, k_ready,
+                        k_empty,
                     ),
                 ),
                 (
@@ -2016,12 +2063,14 @@ def fixed_history_ws_kernel(
                     _ws_fp8_issue_partition,
                     (
                         k_desc, v_desc, v_raw, raw_ready, raw_free, k_smem,
-                        ready, empty, k_ptr, v_ptr, block_table_ptr,
-                        context_lens_ptr, query_start_loc_ptr, window,
-                        num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
-                        stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
-                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-                        HAS_WINDOW, NUM_BUF, NUM_RAW,
+                        k_ready if K_RING > 0 else ready,
+                        k_empty if K_RING > 0 else empty, k_ptr, v_ptr,
+                        block_table_ptr, context_lens_ptr, query_start_loc_ptr,
+                        window, num_reqs, stride_k_blk, stride_k_slot,
+                        stride_k_head, stride_v_blk, stride_v_slot,
+                        stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
+                        BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
+                        K_RING if K_RING > 0 else NUM_BUF, NUM_RAW,
                     ),
                 ),
             ],
@@ -2080,7 +2129,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    stage_q=False,
+    stage_q=False, k_ring=0,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2101,6 +2150,7 @@ def pipeline_constants(
         FP8_PV=fp8_pv,
         ISSUE_WARP=issue_warp,
         STAGE_Q=stage_q,
+        K_RING=int(k_ring),
     )
 
 
@@ -2223,6 +2273,7 @@ def fixed_history_attention_wgmma(
     fp8_pv=False,
     issue_warp=False,
     stage_q=False,
+    k_ring=0,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2331,6 +2382,11 @@ def fixed_history_attention_wgmma(
         )
     if stage_q and not (issue_warp and not overlap):
         raise ValueError("stage_q needs issue_warp=True and overlap=False")
+    if k_ring and not (issue_warp and not overlap and 2 <= k_ring <= 8):
+        raise ValueError(
+            "k_ring (K's own ring, 2..8 buffers) needs issue_warp=True and "
+            f"overlap=False (got k_ring={k_ring})"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2399,6 +2455,7 @@ def fixed_history_attention_wgmma(
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
                 stage_q=stage_q,
+                k_ring=k_ring,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
