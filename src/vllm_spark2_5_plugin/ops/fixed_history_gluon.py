@@ -119,35 +119,17 @@ def _item_range(
     start (``lo`` rounded down to a multiple of ``ALIGN``: a page for TMA,
     which copies whole pages), the key range ``lo .. hi - 1`` (the window's
     last keys and the draft block) and the key tiles of an item."""
+    kv_head = item % NUM_KV_HEADS
     req = item // NUM_KV_HEADS
-    q_first, num_q, ctx_len = _request_data(req, context_lens_ptr, query_start_loc_ptr)
-    first, lo, hi, n_tiles = _item_span(
-        num_q, ctx_len, window, HAS_WINDOW, BLOCK_N, ALIGN
-    )
-    return req, item % NUM_KV_HEADS, q_first, num_q, first, lo, hi, n_tiles
-
-
-@gluon.jit
-def _request_data(req, context_lens_ptr, query_start_loc_ptr):
-    """A request's first query row, query count and context length."""
     q_first = gl.load(query_start_loc_ptr + req)
     num_q = gl.load(query_start_loc_ptr + req + 1) - q_first
-    return q_first, num_q, gl.load(context_lens_ptr + req)
-
-
-@gluon.jit
-def _item_span(
-    num_q, ctx_len, window, HAS_WINDOW: gl.constexpr, BLOCK_N: gl.constexpr,
-    ALIGN: gl.constexpr,
-):  # fmt: skip
-    """``_item_range``'s keys from a request's data: where the tiles start,
-    ``lo``, ``hi`` and the tiles."""
+    ctx_len = gl.load(context_lens_ptr + req)
     hi = ctx_len + num_q
     lo = 0
     if HAS_WINDOW:
         lo = gl.maximum(ctx_len - window, 0)
     first = lo - lo % ALIGN
-    return first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
+    return req, kv_head, q_first, num_q, first, lo, hi, gl.cdiv(hi - first, BLOCK_N)
 
 
 @gluon.jit
@@ -1391,7 +1373,7 @@ def _ws_fp8_convert_partition(
     q_free=None, q_ptr=None, stride_q_t=None, stride_q_h=None,
     GROUP: gl.constexpr = 1,
 ):  # fmt: skip
-    """``ISSUE_WARP`` (fp8 scores): the converting warpgroup beside
+    """``ISSUE_WARP`` (fp8 scores): the converting warps (two) beside
     ``_ws_fp8_issue_partition``. Per key tile, once its e4m3 V tile has
     landed in staging slot ``it % NUM_RAW`` and ring buffer
     ``it % NUM_BUF`` is free: V read back, converted to float16 and
