@@ -70,8 +70,6 @@ def _compile(
     fp8_scores=False,
     fp8_pv=False,
     issue_warp=False,
-    stage_q=False,
-    k_ring=0,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -140,8 +138,6 @@ def _compile(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
-                stage_q=stage_q,
-                k_ring=k_ring,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -395,51 +391,6 @@ def test_issue_warp_takes_the_copies_out_of_the_converting_warps():
     assert with_.registers <= cap and with_.stack_bytes <= stack, with_.stack_bytes
 
 
-def test_stage_q_moves_q_to_the_converting_warps_within_two_programs_per_sm():
-    # stage_q: the converting warps load q (16 rows at a time) and round it
-    # to e4m3 into one of two tiles, with a byte per row for its power of
-    # two; the multiplying warps load no q. Shared memory: a second e4m3
-    # tile of q, 2 x 64 exponents and 4 barriers more, still within half
-    # an H200 SM's 228 KB less the 1 KB each block reserves, so that two
-    # programs fit; the same MMAs and copies; 128 registers, no spills
-    # under Triton 3.7 (3.9 keeps 48 bytes on the stack).
-    import triton
-
-    _, issue, cap = _without_and_with("issue_warp", 64)
-    _, staged, _ = _without_and_with("stage_q", 64)
-    added = 64 * 128 + 2 * 64 + 4 * 8
-    assert 0 <= staged.shared_bytes - issue.shared_bytes - added < 128  # alignment
-    assert 2 * (staged.shared_bytes + 1024) <= 228 * 1024
-    for op in ("UTMALDG", "QGMMA", "HGMMA"):
-        assert staged.count(op) == issue.count(op) > 0, op
-    # q's 64 x 128 bf16 values: 16-byte loads, 8 per thread of one warpgroup
-    # (the multiplying warps) or 16 per thread of the two converting warps.
-    assert staged.count("LDG.E.128") == issue.count("LDG.E.128") + 8
-    stack = 0 if triton.__version__.startswith("3.7") else 48
-    assert staged.registers <= cap and staged.stack_bytes <= stack
-
-
-def test_k_ring_gives_k_a_deeper_ring_within_two_programs_per_sm():
-    # k_ring: K's e4m3 tiles in a ring of their own (5 buffers of 8 KB)
-    # beside V's float16 ring (2 of 16 KB) and 4 staged V tiles: 9 tiles'
-    # bytes in flight instead of 6, the same MMAs and copies, two more
-    # barrier waits and arrivals per tile in the multiplying warps, within
-    # half an H200 SM's shared memory (less the 1 KB each block reserves)
-    # and 128 registers (a few bytes on the stack: at most 24 under Triton
-    # 3.7, 56 under 3.9).
-    import triton
-
-    launch, deep, cap = _without_and_with("k_ring", 64, value=5, ring=2, raw_slots=4)
-    for op in ("UTMALDG", "QGMMA", "HGMMA", "F2FP.F16.E4M3.UNPACK_B"):
-        assert deep.count(op) == launch.count(op) > 0, op
-    assert deep.count("SYNCS") > launch.count("SYNCS")
-    added = (5 * 8 + 2 * 16 + 4 * 8 + 8) * 1024 + (5 * 2 + 2 * 2 + 4 * 2) * 8
-    assert 0 <= deep.shared_bytes - added < 1024
-    assert 2 * (deep.shared_bytes + 1024) <= 228 * 1024
-    stack = 24 if triton.__version__.startswith("3.7") else 56
-    assert deep.registers <= cap and deep.stack_bytes <= stack, deep.stack_bytes
-
-
 def test_issue_warp_is_refused_outside_fp8_scores():
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
@@ -448,24 +399,13 @@ def test_issue_warp_is_refused_outside_fp8_scores():
     q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
     cache = torch.zeros(4, 16, 1, 128, dtype=torch.float8_e4m3fn)
     lens = torch.ones(1, dtype=torch.int32)
-    args = (
-        q, cache, cache, torch.zeros(1, 4, dtype=torch.int32), lens,
-        torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
-    )  # fmt: skip
-    options = dict(
-        k_scale=torch.ones(()), v_scale=torch.ones(()), warp_specialized=True,
-        tma=True, f16_dots=True,
-    )  # fmt: skip
     with pytest.raises(ValueError, match="issue_warp needs fp8_scores"):
-        fixed_history_attention_wgmma(*args, **options, issue_warp=True)
-    with pytest.raises(ValueError, match="stage_q needs issue_warp"):
-        fixed_history_attention_wgmma(*args, **options, fp8_scores=True, stage_q=True)
-    with pytest.raises(ValueError, match="k_ring"):
-        fixed_history_attention_wgmma(*args, **options, fp8_scores=True, k_ring=4)
-    with pytest.raises(ValueError, match="k_ring=9"):
         fixed_history_attention_wgmma(
-            *args, **options, fp8_scores=True, issue_warp=True, k_ring=9
-        )
+            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32), lens,
+            torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
+            k_scale=torch.ones(()), v_scale=torch.ones(()),
+            warp_specialized=True, tma=True, f16_dots=True, issue_warp=True,
+        )  # fmt: skip
 
 
 def _without_and_with(option, rows, scores=True, value=True, **changes):
@@ -1143,43 +1083,6 @@ _KERNELS = {
         "f16_dots": True,
         "issue_warp": True,
     },
-    # ... and q staged by the converting warps (stage_q).
-    "ws-fp8-scores-stage-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "issue_warp": True,
-        "stage_q": True,
-    },
-    "ws-fp8-scores-stage-q-ring2-raw1": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "f16_dots": True,
-        "fp8_scores": True,
-        "issue_warp": True,
-        "stage_q": True,
-        "ring": 2,
-        "raw_slots": 1,
-    },
-    # ... and K in a ring of its own (k_ring), deeper than V's; the
-    # smallest rings with q staged too.
-    "ws-fp8-scores-k-ring5-ring2-raw4": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "k_ring": 5,
-        "ring": 2,
-        "raw_slots": 4,
-    },
-    "ws-fp8-scores-k-ring2-ring1-raw1-stage-q": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "stage_q": True,
-        "k_ring": 2,
-        "ring": 1,
-        "raw_slots": 1,
-    },
     "ws-fp8-scores-issue-warp-ring2-raw1": {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
@@ -1394,18 +1297,8 @@ def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, po
         (64, (0.02, 3.0), {}),
         (128, (0.02, 3.0), {}),
         (64, (0.02, 3.0), {"issue_warp": True, "f16_dots": True}),
-        (64, (0.02, 3.0), {"issue_warp": True, "stage_q": True, "f16_dots": True}),
-        (64, (0.02, 3.0), {"issue_warp": True, "k_ring": 4, "f16_dots": True}),
     ],
-    ids=[
-        "64-bf16",
-        "128-bf16",
-        "64-fp8",
-        "128-fp8",
-        "64-fp8-issue-warp",
-        "64-fp8-stage-q",
-        "64-fp8-k-ring",
-    ],  # fmt: skip
+    ids=["64-bf16", "128-bf16", "64-fp8", "128-fp8", "64-fp8-issue-warp"],
 )
 def test_wait_statistics_count_every_tile(rows, fp8, extra):
     # wait_stats on the launch's TMA configurations: per program the
@@ -1438,10 +1331,12 @@ def test_wait_statistics_count_every_tile(rows, fp8, extra):
     out = fixed_history_attention_wgmma(
         q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5,
         **scales, warp_specialized=True, rows=rows, wait_stats=stats,
-        **_gluon_pipeline(
-            rows, kv_fp8=fp8 is not None, tma=True, fp8_scores=bool(extra)
-        ),
-        **extra,
+        **{
+            **_gluon_pipeline(
+                rows, kv_fp8=fp8 is not None, tma=True, fp8_scores=bool(extra)
+            ),
+            **extra,
+        },
     )  # fmt: skip
     torch.cuda.synchronize()
     q_ref = _e4m3_pow2_rows(q) if extra else q  # (fp8 scores: q as rounded)

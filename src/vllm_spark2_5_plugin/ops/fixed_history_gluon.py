@@ -327,13 +327,12 @@ def _mma_layout(n, num_warps, k=16):
 def _row_ptrs(
     base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
     GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    layout: gl.constexpr, ROW0: gl.constexpr = 0,
+    layout: gl.constexpr,
 ):  # fmt: skip
     """Pointers to a tile's rows of a ``[T, nH, D]`` tensor (row r: query
     ``q_base + r // GROUP`` of the request, head ``r % GROUP`` of the KV
-    head's group; the ``BLOCK_M`` rows from ``ROW0``) and the mask of the
-    rows that exist."""
-    rows = ROW0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    head's group) and the mask of the rows that exist."""
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     q_idx = q_base + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
@@ -470,52 +469,6 @@ def _store_output(
 
 
 @gluon.jit
-def _e4m3_rows(q, dtype: gl.constexpr):
-    """Each row of ``q`` times the power of two that puts its largest
-    magnitude in [128, 256), rounded to ``dtype`` (e4m3), and that power
-    of two's biased exponent (7..254; ``_pow2``)."""
-    # An exact scaling, so that the rounding is e4m3's alone: 2^(7 - E)
-    # for a row maximum of 2^E times [1, 2), built from E's bits (a zero
-    # row takes 2^7; the exponent kept finite for the tiniest).
-    qf = q.to(gl.float32)
-    row_max = gl.max(gl.abs(qf), axis=1)
-    row_max = gl.where(row_max > 0, row_max, 1.0)
-    biased = (row_max.to(gl.int32, bitcast=True) >> 23) & 0xFF
-    exponent = gl.minimum(261 - biased, 254)
-    return (qf * gl.expand_dims(_pow2(exponent), 1)).to(dtype), exponent
-
-
-@gluon.jit
-def _pow2(exponent):
-    """The float32 power of two of a biased exponent (1..254)."""
-    return (exponent << 23).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _stage_q(
-    q_buf, scale_buf, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-    stride_q_h, GROUP: gl.constexpr, CHUNK: gl.constexpr,
-):  # fmt: skip
-    """``STAGE_Q``: a pass's tile of q rounded to e4m3 row by row as
-    ``_load_q`` does with fp8 scores, by the converting warps, ``CHUNK``
-    rows at a time (so that their registers hold one chunk), into
-    ``q_buf``, and each row's power of two into ``scale_buf`` (its biased
-    exponent, a byte: the multiplying warps take ``q_factor`` over it)."""
-    BLOCK_M: gl.constexpr = q_buf.shape[0]
-    HEAD_DIM: gl.constexpr = q_buf.shape[1]
-    layout: gl.constexpr = _kv_layout(HEAD_DIM, False, gl.num_warps())
-    for r0 in gl.static_range(0, BLOCK_M, CHUNK):
-        ptrs, mask = _row_ptrs(
-            q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
-            GROUP, CHUNK, HEAD_DIM, layout, r0,
-        )  # fmt: skip
-        q = gl.load(ptrs, mask=mask, other=0.0)
-        q, exponent = _e4m3_rows(q, q_buf.dtype)
-        q_buf.slice(r0, CHUNK).store(q)
-        scale_buf.slice(r0, CHUNK).store(exponent.to(gl.uint8))
-
-
-@gluon.jit
 def _load_q(
     q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
     q_factor, GROUP: gl.constexpr, F16_DOTS: gl.constexpr,
@@ -536,8 +489,16 @@ def _load_q(
     )  # fmt: skip
     q = gl.load(ptrs, mask=mask, other=0.0)
     if FP8_SCORES:
-        q, exponent = _e4m3_rows(q, q_smem.dtype)
-        descale = q_factor / _pow2(exponent)
+        # An exact scaling, so that the rounding is e4m3's alone: 2^(7 - E)
+        # for a row maximum of 2^E times [1, 2), built from E's bits (a
+        # zero row takes 2^7; the exponent kept finite for the tiniest).
+        qf = q.to(gl.float32)
+        row_max = gl.max(gl.abs(qf), axis=1)
+        row_max = gl.where(row_max > 0, row_max, 1.0)
+        biased = (row_max.to(gl.int32, bitcast=True) >> 23) & 0xFF
+        pow2 = (gl.minimum(261 - biased, 254) << 23).to(gl.float32, bitcast=True)
+        q = (qf * gl.expand_dims(pow2, 1)).to(q_smem.dtype)
+        descale = q_factor / pow2
     else:
         if F16_DOTS:
             q = (q.to(gl.float32) * q_factor).to(gl.float16)
@@ -1288,8 +1249,6 @@ def _ws_fp8_issue_partition(
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): one warp that only issues the copies.
-    ``k_smem``, ``ready``, ``empty``: K's ring and its barriers (``NUM_BUF``
-    buffers: the ring K shares with V, or with ``K_RING`` K's own).
     Per key tile t of a pass, in order: the e4m3 V tile ``NUM_RAW - 1``
     tiles ahead into its staging slot once the converting warps have
     released the slot (``raw_free``; they released it after converting
@@ -1369,9 +1328,6 @@ def _ws_fp8_convert_partition(
     BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
     PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr,
     NUM_RAW: gl.constexpr, NARROW: gl.constexpr, stats_ptr=None,
-    STAGE_Q: gl.constexpr = False, q_bufs=None, q_scales=None, q_ready=None,
-    q_free=None, q_ptr=None, stride_q_t=None, stride_q_h=None,
-    GROUP: gl.constexpr = 1,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): the converting warps (two) beside
     ``_ws_fp8_issue_partition``. Per key tile, once its e4m3 V tile has
@@ -1379,39 +1335,21 @@ def _ws_fp8_convert_partition(
     ``it % NUM_BUF`` is free: V read back, converted to float16 and
     stored into the ring, fenced for the MMAs' proxy, then one arrival on
     the buffer's ``ready`` (its other: K's landing) and one on the slot's
-    ``raw_free``. ``STAGE_Q``: before each pass's tiles, the pass's q
-    rounded to e4m3 (``_stage_q``) into buffer ``n % 2`` of ``q_bufs`` (its
-    rows' factors into ``q_scales``) for the ``n``-th pass, once the
-    multiplying warps have released it (``q_free``), then fenced and
-    signalled (``q_ready``): the multiplying warps find it there when they
-    start the pass. ``stats_ptr``: see ``_store_stats`` (row 2: its waits
-    for landed tiles, then for free ring buffers)."""
+    ``raw_free``. ``stats_ptr``: see ``_store_stats`` (row 2: its waits for
+    landed tiles, then for free ring buffers)."""
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, gl.num_warps())
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
     landed = _clock() * 0 if STATS else 0
     freed = _clock() * 0 if STATS else 0
     it = 0
-    n = 0  # passes started
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        _, kv_head, q_first, num_q, _, _, _, n_tiles = _item_range(
+        _, _, _, num_q, _, _, _, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
         )  # fmt: skip
-        for pass_base in range(0, num_q, BLOCK_Q):
-            if STAGE_Q:
-                qb = n % 2
-                mbarrier.wait(q_free.index(qb), ((n // 2) & 1) ^ 1)
-                _stage_q(
-                    q_bufs.index(qb), q_scales.index(qb), q_ptr, q_first,
-                    pass_base, num_q, kv_head, stride_q_t, stride_q_h, GROUP,
-                    16,
-                )  # fmt: skip
-                fence_async_shared()
-                gl.barrier()
-                mbarrier.arrive(q_ready.index(qb), count=1)
-                n += 1
+        for _pass in range(0, num_q, BLOCK_Q):
             for _t in range(0, n_tiles):
                 slot = it % NUM_RAW
                 buf = it % NUM_BUF
@@ -1655,9 +1593,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False, STAGE_Q: gl.constexpr = False, q_scales=None,
-    q_ready=None, q_free=None, K_RING: gl.constexpr = 0, k_ready=None,
-    k_empty=None,
+    FP8_PV: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1677,15 +1613,7 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need). ``STAGE_Q`` (fp8 scores, the
-    default loop): q is not loaded here; the ``n``-th pass waits for
-    buffer ``n % 2`` of ``q_smem`` (``q_ready``), staged with its rows'
-    factors ``q_scales`` by the converting warps, and releases it
-    (``q_free``) once its key loop is done. ``K_RING`` (> 0, with
-    ``issue_warp``, the default loop): the K tiles in a ring of their own
-    (``K_RING`` buffers of ``k_smem``, barriers ``k_ready``/``k_empty``),
-    each released as soon as its ``S`` is done; ``ready``/``empty`` are V's
-    alone."""
+    depth, contiguous, as 8-bit MMAs need)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1698,7 +1626,6 @@ def _ws_mma_partition(
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
     k = 0  # batches of MMAs issued (PINGPONG)
-    n = 0  # passes started (STAGE_Q)
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         _, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
@@ -1707,16 +1634,10 @@ def _ws_mma_partition(
         )  # fmt: skip
         for pass_base in range(0, num_q, PASS_Q):
             q_base = pass_base + Q_OFFSET
-            if STAGE_Q:
-                qb = n % 2
-                q_tile = q_smem.index(qb)
-                mbarrier.wait(q_ready.index(qb), (n // 2) & 1)
-            else:
-                q_tile = q_smem
-                descale = _load_q(
-                    q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                    stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
-                )  # fmt: skip
+            descale = _load_q(
+                q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
+                stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
+            )  # fmt: skip
             if SWAP_AB:
                 l_part, acc_t, it = _swapped_tiles(
                     q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles,
@@ -1730,16 +1651,9 @@ def _ws_mma_partition(
                 m_i, l_i, acc = _softmax_init(
                     BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16
                 )
-                if STAGE_Q:
-                    rows: gl.constexpr = gl.SliceLayout(
-                        1, _mma_layout(BLOCK_N, MMA_WARPS)
-                    )
-                    exponent = q_scales.index(qb).load(rows).to(gl.int32)
-                    row_scale = q_factor / _pow2(exponent) * score_scale
-                else:
-                    row_scale = _row_scales(
-                        descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES
-                    )
+                row_scale = _row_scales(
+                    descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES
+                )
                 if OVERLAP:
                     m_i, l_i, acc, it, k = _overlapped_tiles(
                         q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i,
@@ -1751,44 +1665,19 @@ def _ws_mma_partition(
                         between += _clock() - mark
                     for t in range(0, n_tiles):
                         buf = it % NUM_BUF
-                        if K_RING > 0:
-                            kb = it % K_RING
-                            waited = _wait_tile(
-                                k_ready, it, K_RING, FENCE_IN_MMA, waited, STATS
-                            )
-                            s = _issue_scores(q_tile, k_smem.index(kb), MMA_WARPS)
-                            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                            mbarrier.arrive(k_empty.index(kb), count=1)
-                            p_op, m_i, l_i, acc = _softmax_step(
-                                s, m_i, l_i, acc, first + t * BLOCK_N, lo, hi,
-                                row_scale, v_smem.dtype,
-                            )  # fmt: skip
-                            # (The converting warps fenced V themselves.)
-                            waited = _wait_tile(
-                                ready, it, NUM_BUF, False, waited, STATS
-                            )
-                            acc = warpgroup_mma(
-                                p_op, v_smem.index(buf), acc, is_async=True
-                            )
-                            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                        else:
-                            waited = _wait_tile(
-                                ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
-                            )
-                            s = _issue_scores(q_tile, k_smem.index(buf), MMA_WARPS)
-                            v_buf = v_smem.index(buf)
-                            if FP8_PV:
-                                v_buf = v_buf.permute((1, 0))
-                            m_i, l_i, acc = _finish_tile(
-                                s, v_buf, m_i, l_i, acc,
-                                first + t * BLOCK_N, lo, hi, row_scale,
-                            )  # fmt: skip
+                        waited = _wait_tile(
+                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
+                        )
+                        s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
+                        v_buf = v_smem.index(buf)
+                        if FP8_PV:
+                            v_buf = v_buf.permute((1, 0))
+                        m_i, l_i, acc = _finish_tile(
+                            s, v_buf, m_i, l_i, acc,
+                            first + t * BLOCK_N, lo, hi, row_scale,
+                        )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
-                    if STAGE_Q:
-                        # Every MMA on q done (each tile waited for its own).
-                        mbarrier.arrive(q_free.index(qb), count=1)
-                        n += 1
                     if STATS:
                         mark = _clock()
                 _store_output(
@@ -1814,7 +1703,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    STAGE_Q: gl.constexpr, K_RING: gl.constexpr, num_warps: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1847,41 +1736,14 @@ def fixed_history_ws_kernel(
     PART_Q: gl.constexpr = BLOCK_Q // PARTS
     PART_M: gl.constexpr = BLOCK_M // PARTS
     q_smem_layout: gl.constexpr = _tile_smem([PART_M, HEAD_DIM], qk_dtype)
-    # STAGE_Q: two tiles of q (one partition), staged by the converting
-    # warps in turn, with their rows' factors and barriers.
     q_smem = gl.allocate_shared_memory(
-        qk_dtype, [2 if STAGE_Q else PARTS, PART_M, HEAD_DIM], q_smem_layout
+        qk_dtype, [PARTS, PART_M, HEAD_DIM], q_smem_layout
     )
-    q_scales = q_smem  # unused but with STAGE_Q
-    q_ready = q_smem
-    q_free = q_smem
-    if STAGE_Q:
-        q_scales = gl.allocate_shared_memory(
-            gl.uint8, [2, PART_M], gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        )
-        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_free.index(i), count=1)
-    # K_RING: K's own ring (e4m3, staged by TMA) and its barriers.
     k_smem = gl.allocate_shared_memory(
         qk_dtype,
-        [K_RING if K_RING > 0 else NUM_BUF, BLOCK_N, HEAD_DIM],
+        [NUM_BUF, BLOCK_N, HEAD_DIM],
         _tile_smem([BLOCK_N, HEAD_DIM], qk_dtype),
     )
-    k_ready = q_smem  # unused but with K_RING
-    k_empty = q_smem
-    if K_RING > 0:
-        k_ready = gl.allocate_shared_memory(
-            gl.int64, [K_RING, 1], mbarrier.MBarrierLayout()
-        )
-        k_empty = gl.allocate_shared_memory(
-            gl.int64, [K_RING, 1], mbarrier.MBarrierLayout()
-        )
-        for i in gl.static_range(K_RING):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=1)
     if FP8_PV:
         # The keys contiguous: the depth of P V (8-bit MMAs read their B
         # operand along its depth only).
@@ -1902,13 +1764,8 @@ def fixed_history_ws_kernel(
     # TMA: one arrival (with the tile's bytes, or the loader's after its
     # counted cp.async copies), the multiplying warps fencing every tile.
     # FP8_SCORES: that arrival for K, and the loader's once V is converted.
-    # K_RING: V's barriers have the converting warps' arrival alone.
     ARRIVALS: gl.constexpr = (
-        (1 if K_RING > 0 else 2)
-        if FP8_SCORES
-        else 128
-        if FENCE_IN_MMA and not KV_FP8 and not TMA
-        else 1
+        2 if FP8_SCORES else 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
     )
     MMA_FENCE: gl.constexpr = FENCE_IN_MMA or (TMA and (FP8_SCORES or not KV_FP8))
     ALIGN: gl.constexpr = PAGE_SIZE if TMA else 1
@@ -2016,8 +1873,7 @@ def fixed_history_ws_kernel(
                 (
                     _ws_mma_partition,
                     (
-                        q_smem if STAGE_Q else q_smem.index(0), k_smem, v_smem,
-                        ready, empty, turn,
+                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
                         q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                         k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
@@ -2025,8 +1881,6 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        STAGE_Q, q_scales, q_ready, q_free, K_RING, k_ready,
-                        k_empty,
                     ),
                 ),
                 (
@@ -2036,23 +1890,19 @@ def fixed_history_ws_kernel(
                         context_lens_ptr, query_start_loc_ptr, window,
                         num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         PAGE_SIZE, HAS_WINDOW, NUM_BUF, NUM_RAW,
-                        NARROW_CONVERT, stats_ptr, STAGE_Q, q_smem, q_scales,
-                        q_ready, q_free, q_ptr, stride_q_t, stride_q_h,
-                        GROUP,
+                        NARROW_CONVERT, stats_ptr,
                     ),
                 ),
                 (
                     _ws_fp8_issue_partition,
                     (
                         k_desc, v_desc, v_raw, raw_ready, raw_free, k_smem,
-                        k_ready if K_RING > 0 else ready,
-                        k_empty if K_RING > 0 else empty, k_ptr, v_ptr,
-                        block_table_ptr, context_lens_ptr, query_start_loc_ptr,
-                        window, num_reqs, stride_k_blk, stride_k_slot,
-                        stride_k_head, stride_v_blk, stride_v_slot,
-                        stride_v_head, stride_bt, NUM_KV_HEADS, BLOCK_Q,
-                        BLOCK_N, HEAD_DIM, PAGE_SIZE, HAS_WINDOW,
-                        K_RING if K_RING > 0 else NUM_BUF, NUM_RAW,
+                        ready, empty, k_ptr, v_ptr, block_table_ptr,
+                        context_lens_ptr, query_start_loc_ptr, window,
+                        num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
+                        stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
+                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                        HAS_WINDOW, NUM_BUF, NUM_RAW,
                     ),
                 ),
             ],
@@ -2111,7 +1961,6 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    stage_q=False, k_ring=0,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2131,8 +1980,6 @@ def pipeline_constants(
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
         ISSUE_WARP=issue_warp,
-        STAGE_Q=stage_q,
-        K_RING=int(k_ring),
     )
 
 
@@ -2254,8 +2101,6 @@ def fixed_history_attention_wgmma(
     fp8_scores=False,
     fp8_pv=False,
     issue_warp=False,
-    stage_q=False,
-    k_ring=0,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2362,13 +2207,6 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "issue_warp needs fp8_scores=True, fp8_pv=False and split_mma=False"
         )
-    if stage_q and not (issue_warp and not overlap):
-        raise ValueError("stage_q needs issue_warp=True and overlap=False")
-    if k_ring and not (issue_warp and not overlap and 2 <= k_ring <= 8):
-        raise ValueError(
-            "k_ring (K's own ring, 2..8 buffers) needs issue_warp=True and "
-            f"overlap=False (got k_ring={k_ring})"
-        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2436,8 +2274,6 @@ def fixed_history_attention_wgmma(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
-                stage_q=stage_q,
-                k_ring=k_ring,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
