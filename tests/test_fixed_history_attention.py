@@ -1246,10 +1246,11 @@ if not _IN_CHILD:
             assert args[9:] == (None, None)
         expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
         # Whole pages copied by TMA (16-key pages, aligned; fp8 into the
-        # staging slots); fp8: the loader converts 8 values per thread.
+        # staging slots), the multiplying warps fencing only the tiles
+        # copied by cp.async; fp8: the loader converts 8 values per thread.
         # 128-row tiles: two multiplying partitions and a ring of 4
         # (measured faster).
-        expected.update(tma=True)
+        expected.update(tma=True, edge_fence=True)
         if fp8:
             expected.update(narrow_convert=True)
         if rows == 128:
@@ -1270,7 +1271,7 @@ if not _IN_CHILD:
                 kv = PagedKV(odd, v, bt, ctx, qsl, None)
                 launch.launch_kernel(q, kv, 32, 0.1, out, plan)
             ((_, kwargs),) = calls
-            expected.pop("tma")
+            expected.pop("tma"), expected.pop("edge_fence")
             if rows == 128:
                 expected.update(fence_in_mma=True)
             assert kwargs == expected
@@ -1394,7 +1395,8 @@ if not _IN_CHILD:
     def test_launch_hands_fp8_scores_to_the_gluon_kernel(rows):
         # With fp8_scores in the plan, the Gluon kernel gets it where TMA
         # copies the fp8 cache (at 64 rows with a ring of 3 and 3 staged
-        # tiles, a warp issuing the copies), and not where TMA cannot (the
+        # tiles, a warp issuing the copies; the multiplying warps fencing only
+        # the tiles copied by cp.async), and not where TMA cannot (the
         # plan's other choices stay).
         from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
@@ -1431,7 +1433,7 @@ if not _IN_CHILD:
         if rows == 128:
             expected.update(split_mma=True, ring=4)
         assert no_tma == expected
-        expected.update(tma=True, fp8_scores=True)
+        expected.update(tma=True, edge_fence=True, fp8_scores=True)
         if rows == 64:
             expected.update(ring=3, raw_slots=3, issue_warp=True)
         assert tma == expected
@@ -1469,7 +1471,7 @@ if not _IN_CHILD:
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
-            "(fp8_scores, issue_warp, narrow_convert, tma)",
+            "(edge_fence, fp8_scores, issue_warp, narrow_convert, tma)",
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines

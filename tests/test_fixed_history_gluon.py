@@ -70,6 +70,7 @@ def _compile(
     fp8_scores=False,
     fp8_pv=False,
     issue_warp=False,
+    edge_fence=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -138,6 +139,7 @@ def _compile(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
+                edge_fence=edge_fence,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -408,6 +410,22 @@ def test_issue_warp_is_refused_outside_fp8_scores():
         )  # fmt: skip
 
 
+def test_edge_fence_is_refused_without_tma():
+    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
+        fixed_history_attention_wgmma,
+    )
+
+    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(4, 16, 1, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="edge_fence needs tma"):
+        fixed_history_attention_wgmma(
+            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+            torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
+            warp_specialized=True, edge_fence=True,
+        )  # fmt: skip
+
+
 def _without_and_with(option, rows, scores=True, value=True, **changes):
     """The fp8 kernel as the launch compiles it for ``rows``-row tiles over
     a cache copied by TMA (its pipeline, ``scores``: with fp8 scores, and
@@ -541,11 +559,16 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     odd = padded[..., :1024].view(8, 16, 8, 128)
     assert not _tma_copyable(q, cache(), odd)
     # The pipeline asks for TMA only when told the caches allow it.
-    assert _gluon_pipeline(64, kv_fp8=False, tma=True) == {"tma": True}
+    assert _gluon_pipeline(64, kv_fp8=False, tma=True) == {
+        "tma": True,
+        "edge_fence": True,
+    }
     assert "tma" not in _gluon_pipeline(128, kv_fp8=False)
+    assert "edge_fence" not in _gluon_pipeline(128, kv_fp8=False)
     assert _gluon_pipeline(128, kv_fp8=True, tma=True) == {
         "narrow_convert": True,
         "tma": True,
+        "edge_fence": True,
         "split_mma": True,
         "ring": 4,
     }
@@ -1092,6 +1115,36 @@ _KERNELS = {
         "ring": 2,
         "raw_slots": 1,
     },
+    # The multiplying warps fencing only the tiles copied by cp.async
+    # (edge_fence): the launch's TMA pipelines, bf16 and fp8, 64 and 128
+    # rows.
+    "ws-fp8-scores-issue-warp-edge-fence": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "edge_fence": True,
+    },
+    "ws-128rows-fp8-scores-edge-fence": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "edge_fence": True,
+    },
+    "ws-tma-edge-fence": {
+        "warp_specialized": True,
+        "tma": True,
+        "narrow_convert": True,
+        "edge_fence": True,
+    },
+    "ws-128rows-split-tma-ring4-edge-fence": {
+        "warp_specialized": True,
+        "rows": 128,
+        "split_mma": True,
+        "tma": True,
+        "ring": 4,
+        "edge_fence": True,
+    },
     # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
     # transposed into the ring (the launch's fp8_scores pipelines, and
     # deeper; not in the policy: slower, see the kernel's fp8_pv).
@@ -1100,12 +1153,14 @@ _KERNELS = {
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
+        "issue_warp": False,
     },
     "ws-fp8-pv-ring4-raw4": {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
+        "issue_warp": False,
         "ring": 4,
         "raw_slots": 4,
     },

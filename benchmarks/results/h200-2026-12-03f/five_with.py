@@ -1,5 +1,6 @@
-"""The benchmark's five shapes with extra Gluon options at 64-row fp8-score
-tiles (a what-if of the launch policy; env EXTRA: a JSON object)."""
+"""The benchmark's five shapes with extra Gluon options in every pipeline
+that copies by TMA (a what-if of the launch policy; env EXTRA: a JSON
+object)."""
 
 import json
 import os
@@ -14,7 +15,7 @@ policy = launch._gluon_pipeline
 
 def _with_extra(rows, **kw):
     options = policy(rows, **kw)
-    if options.get("issue_warp"):
+    if options.get("tma"):
         options.update(extra)
     return options
 

@@ -39,12 +39,42 @@ boundary)
   EXTRA='{"k_ring": 5, "ring": 2, "raw_slots": 4, "f16_dots": true}' \
     timeout 150 python3 $P fp8 256,2048,1024 512,2040,1016 > $OUT/boundary.txt 2>&1
   cut -c1-170 $OUT/boundary.txt ;;
+edge)
+  # the launch's TMA pipelines against the same with edge_fence (the
+  # multiplying warps fence only the tiles copied by cp.async), alternating
+  S=benchmarks/results/h200-2026-12-01j/sweep.py
+  F8='{"warp_specialized":true,"f16_dots":true,"rows":64,"narrow_convert":true,"tma":true,"fp8_scores":true,"ring":3,"raw_slots":3,"issue_warp":true'
+  F8B='{"warp_specialized":true,"f16_dots":true,"rows":128,"narrow_convert":true,"tma":true,"fp8_scores":true,"split_mma":true,"ring":4'
+  B16='{"warp_specialized":true,"rows":64,"tma":true'
+  B16B='{"warp_specialized":true,"rows":128,"tma":true,"split_mma":true,"ring":4'
+  E=',"edge_fence":true}'
+  {
+  for i in 2 0 3; do
+    if [ $i = 3 ]; then L=$F8B; else L=$F8; fi
+    echo "== fp8 shape $((i+1)): launch, edge_fence, launch, edge_fence"
+    timeout 100 python3 $S $i fp8 "[$L},$L$E,$L},$L$E]" graph 2>&1
+  done
+  for i in 2 3; do
+    if [ $i = 3 ]; then L=$B16B; else L=$B16; fi
+    echo "== bf16 shape $((i+1)): launch, edge_fence, launch, edge_fence"
+    timeout 100 python3 $S $i bf16 "[$L},$L$E,$L},$L$E]" graph 2>&1
+  done
+  } > $OUT/edge.txt 2>&1
+  grep -E "==|us |error" $OUT/edge.txt | cut -c1-40 ;;
 verify)
-  # after k_ring and stage_q were taken out: the wait statistics (their
-  # test fixed), issue_warp's kernels and the fp8-scores reference tests
-  timeout 420 python3 -m pytest -q -rf tests/test_fixed_history_gluon.py \
-    -k "wait_statistics or issue or fp8_scores" > $OUT/tests-verify.log 2>&1
-  echo "verify rc $?"; tail -n 3 $OUT/tests-verify.log | cut -c1-400 ;;
+  # edge_fence in the launch: its Gluon kernels against the float64
+  # reference, the wait statistics, the public API's Gluon launches
+  timeout 300 python3 -m pytest -q -rf tests/test_fixed_history_gluon.py \
+    -k "edge-fence or wait_statistics" > $OUT/tests-verify.log 2>&1
+  echo "gluon rc $?"; tail -n 3 $OUT/tests-verify.log | cut -c1-400
+  timeout 240 python3 -m pytest -q -rf -m cuda tests/test_fixed_history_attention.py \
+    -k "gluon_path or through_the_launch or 128_row or graph_replay" \
+    > $OUT/tests-api.log 2>&1
+  echo "api rc $?"; tail -n 3 $OUT/tests-api.log | cut -c1-400 ;;
+bench)
+  timeout 250 python3 benchmarks/bench_fixed_history_attention.py \
+    --kv-dtypes fp8 --kernel-only --md $OUT/five-fp8.md > $OUT/bench.txt 2>&1
+  echo "bench rc $?"; cat $OUT/five-fp8.md ;;
 five)
   # the five shapes (fp8, kernel only) with EXTRA options at 64-row fp8 tiles
   EXTRA="$2" timeout 280 python3 benchmarks/results/h200-2026-12-03f/five_with.py \

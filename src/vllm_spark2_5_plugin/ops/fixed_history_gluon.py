@@ -1411,15 +1411,17 @@ def _store_stats(stats_ptr, part: gl.constexpr, wait_a, wait_b, started, tiles):
 @gluon.jit
 def _wait_tile(
     ready, it, NUM_BUF: gl.constexpr, FENCE: gl.constexpr, waited=0,
-    STATS: gl.constexpr = False,
+    STATS: gl.constexpr = False, copied=True,
 ):  # fmt: skip
     """Wait until ring buffer ``it % NUM_BUF`` holds tile ``it``; ``FENCE``
     where the loader signalled with its copies' own arrivals and did not
-    fence them for the MMAs (``FENCE_IN_MMA``). Returns ``waited`` plus the
+    fence them for the MMAs (``FENCE_IN_MMA``), and then only if
+    ``copied`` (the tile came by ``cp.async``). Returns ``waited`` plus the
     cycles waited (``STATS``)."""
     waited = _timed_wait(ready.index(it % NUM_BUF), (it // NUM_BUF) & 1, waited, STATS)
-    if FENCE:
-        fence_async_shared()
+    if FENCE:  # noqa: SIM102 (constexpr, then a runtime condition)
+        if copied:
+            fence_async_shared()
     return waited
 
 
@@ -1593,7 +1595,7 @@ def _ws_mma_partition(
     PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1613,7 +1615,10 @@ def _ws_mma_partition(
     loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
     rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
     transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need)."""
+    depth, contiguous, as 8-bit MMAs need). ``EDGE_FENCE`` (TMA, the
+    default loop): only the tiles that the loader copied by ``cp.async``
+    (``_stage_tile``: those with keys outside the window) are fenced; the
+    others landed through TMA, in the MMAs' own proxy."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1665,9 +1670,14 @@ def _ws_mma_partition(
                         between += _clock() - mark
                     for t in range(0, n_tiles):
                         buf = it % NUM_BUF
+                        copied = True
+                        if EDGE_FENCE:
+                            start = first + t * BLOCK_N
+                            copied = (start < lo) | (start + BLOCK_N > hi)
                         waited = _wait_tile(
-                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS
-                        )
+                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS,
+                            copied,
+                        )  # fmt: skip
                         s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                         v_buf = v_smem.index(buf)
                         if FP8_PV:
@@ -1703,7 +1713,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    num_warps: gl.constexpr,
+    EDGE_FENCE: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1762,7 +1772,8 @@ def fixed_history_ws_kernel(
     # warpgroup arrives on ready, through its copies. Each multiplying
     # partition releases a buffer.
     # TMA: one arrival (with the tile's bytes, or the loader's after its
-    # counted cp.async copies), the multiplying warps fencing every tile.
+    # counted cp.async copies), the multiplying warps fencing every tile
+    # (EDGE_FENCE: those copied by cp.async).
     # FP8_SCORES: that arrival for K, and the loader's once V is converted.
     ARRIVALS: gl.constexpr = (
         2 if FP8_SCORES else 128 if FENCE_IN_MMA and not KV_FP8 and not TMA else 1
@@ -1834,6 +1845,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1847,6 +1859,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1881,6 +1894,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1923,6 +1937,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1961,6 +1976,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
+    edge_fence=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -1980,6 +1996,7 @@ def pipeline_constants(
         FP8_SCORES=fp8_scores,
         FP8_PV=fp8_pv,
         ISSUE_WARP=issue_warp,
+        EDGE_FENCE=edge_fence,
     )
 
 
@@ -2101,6 +2118,7 @@ def fixed_history_attention_wgmma(
     fp8_scores=False,
     fp8_pv=False,
     issue_warp=False,
+    edge_fence=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2158,7 +2176,10 @@ def fixed_history_attention_wgmma(
     ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
     cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
     e4m3 tiles transposed into the ring by the loader instead of converted
-    (e4m3 V tiles in the ring: half the shared memory). ``wait_stats``
+    (e4m3 V tiles in the ring: half the shared memory). ``edge_fence``
+    (``tma``): the multiplying warps fence only the tiles copied by
+    ``cp.async`` (those with keys outside the window), not every tile.
+    ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2207,6 +2228,8 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "issue_warp needs fp8_scores=True, fp8_pv=False and split_mma=False"
         )
+    if edge_fence and not tma:
+        raise ValueError("edge_fence needs tma=True")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2274,6 +2297,7 @@ def fixed_history_attention_wgmma(
                 fp8_scores=fp8_scores,
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
+                edge_fence=edge_fence,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

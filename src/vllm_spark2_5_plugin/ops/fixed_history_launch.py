@@ -167,10 +167,13 @@ def _gluon_pipeline(
     kernel's ``fp8_scores``, at 64 rows with a ring of 3 and 3 staged V
     tiles (the fastest of 2 + 2, 3 + 3, 4 + 1 and 3 + 4 at the fp8 shapes
     1-3, 2026-12-02), with one warp issuing the copies and two converting
-    V (``issue_warp``: 3-5% less time at the fp8 shapes 1-3, 2026-12-03)."""
+    V (``issue_warp``: 3-5% less time at the fp8 shapes 1-3, 2026-12-03).
+    With TMA the multiplying warps fence only the tiles copied by
+    ``cp.async`` (``edge_fence``: fp8 shapes 1 and 3 2% faster, bf16 and
+    fp8 shape 4 unchanged, 2026-12-03)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if tma:
-        options.update(tma=True)
+        options.update(tma=True, edge_fence=True)
         if kv_fp8 and fp8_scores:
             options.update(fp8_scores=True)
             if rows == 64:
