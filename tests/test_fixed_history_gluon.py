@@ -443,6 +443,7 @@ def test_early_scores_is_refused_where_it_does_not_apply():
     )  # fmt: skip
     for options in (
         {"ring": 1},
+        {"block_n": 32},
         {"overlap": True, "ring": 3},
         {"swap_ab": True, "rows": 32},
         {"warp_specialized": False},

@@ -2233,7 +2233,7 @@ def fixed_history_attention_wgmma(
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
     ``early_scores`` (warp-specialized, not ``overlap``, ``swap_ab`` nor
-    ``fp8_pv``; a ``ring`` of 2 or more): the multiplying warps issue the
+    ``fp8_pv``; a ``ring`` of 2 or more, 64-key tiles): the multiplying warps issue the
     next tile's ``S`` right behind each tile's ``P V`` and wait for ``P V``
     alone. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
@@ -2287,11 +2287,17 @@ def fixed_history_attention_wgmma(
     if edge_fence and not tma:
         raise ValueError("edge_fence needs tma=True")
     if early_scores and (
-        not warp_specialized or overlap or swap_ab or fp8_pv or ring < 2
+        not warp_specialized
+        or overlap
+        or swap_ab
+        or fp8_pv
+        or ring < 2
+        or block_n != 64
     ):
         raise ValueError(
             "early_scores needs warp_specialized=True, overlap, swap_ab and "
-            f"fp8_pv False and a ring of 2 or more (got ring={ring})"
+            f"fp8_pv False, a ring of 2 or more and block_n=64 (got ring={ring}, "
+            f"block_n={block_n})"
         )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
