@@ -1211,6 +1211,12 @@ _KERNELS = {
         **_gluon_pipeline(64, kv_fp8=False, tma=True),
         "early_scores": True,
     },
+    "ws-128rows-ring3-early-scores": {
+        "warp_specialized": True,
+        "rows": 128,
+        "ring": 3,
+        "early_scores": True,
+    },
     "ws-128rows-split-tma-ring4-early-scores": {
         "warp_specialized": True,
         "rows": 128,

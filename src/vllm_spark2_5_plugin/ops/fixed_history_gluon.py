@@ -1712,7 +1712,9 @@ def _ws_mma_partition(
                                 q_smem, k_smem.index((it + 1) % NUM_BUF), MMA_WARPS
                             )
                         else:
-                            s_next = _issue_scores(q_smem, q_smem, MMA_WARPS)
+                            s_next = _issue_scores(
+                                q_smem, q_smem.slice(0, BLOCK_N), MMA_WARPS
+                            )
                         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
                         mbarrier.arrive(empty.index(buf), count=1)
                         s = s_next
