@@ -1142,14 +1142,9 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
-    # ... with a warp of its own issuing the copies (issue_warp), at the
-    # launch's depth and at shallower ones (one staged tile: no V ahead).
-    "ws-fp8-scores-issue-warp": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "issue_warp": True,
-    },
+    # ... with a warp of its own issuing the copies (issue_warp, in the
+    # launch's pipelines above), at a shallower depth (one staged tile: no
+    # V ahead).
     "ws-fp8-scores-issue-warp-ring2-raw1": {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
@@ -1159,35 +1154,22 @@ _KERNELS = {
         "ring": 2,
         "raw_slots": 1,
     },
-    # The multiplying warps fencing only the tiles copied by cp.async
-    # (edge_fence): the launch's TMA pipelines, bf16 and fp8, 64 and 128
-    # rows.
-    "ws-fp8-scores-issue-warp-edge-fence": {
+    # The multiplying warps fencing every tile (edge_fence off; the
+    # launch's pipelines fence only the tiles copied by cp.async) with fp8
+    # scores, 64 and 128 rows (with a cache in q's dtype: ws-tma-narrow,
+    # ws-128rows-split-tma-ring4).
+    "ws-fp8-scores-fence-every-tile": {
         "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
-        "edge_fence": True,
+        "edge_fence": False,
     },
-    "ws-128rows-fp8-scores-edge-fence": {
+    "ws-128rows-fp8-scores-fence-every-tile": {
         "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
-        "edge_fence": True,
-    },
-    "ws-tma-edge-fence": {
-        "warp_specialized": True,
-        "tma": True,
-        "narrow_convert": True,
-        "edge_fence": True,
-    },
-    "ws-128rows-split-tma-ring4-edge-fence": {
-        "warp_specialized": True,
-        "rows": 128,
-        "split_mma": True,
-        "tma": True,
-        "ring": 4,
-        "edge_fence": True,
+        "edge_fence": False,
     },
     # Each tile's P V with the next tile's S right behind it
     # (early_scores; at 64 rows the converting and issuing warps at 88

@@ -361,13 +361,21 @@ def _softmax_step(
 
 
 @gluon.jit
+def _edge_tile(start, lo, hi, BLOCK_N: gl.constexpr):
+    """Whether the key tile from ``start`` holds keys outside ``lo .. hi -
+    1``: the softmax masks them, and the TMA loaders copy such a tile by
+    ``cp.async`` (TMA copies whole pages)."""
+    return (start + BLOCK_N > hi) | (start < lo)
+
+
+@gluon.jit
 def _mask_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr):
     """The scores ``s`` of keys ``key_start ..`` (along ``KEY_AXIS``) with
     those outside ``lo .. hi - 1`` set to -inf. Only the last tile has keys
     to mask, and the first where the tiles start at a page boundary before
     lo."""
     BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
-    if (key_start + BLOCK_N > hi) | (key_start < lo):
+    if _edge_tile(key_start, lo, hi, BLOCK_N):
         keys = key_start + gl.arange(
             0, BLOCK_N, layout=gl.SliceLayout(1 - KEY_AXIS, s.type.layout)
         )
@@ -1018,6 +1026,9 @@ def _stage_tile(
     else by ``_copy_edge_tile``. ``v_desc`` and ``v_dst`` ``None``: one
     tensor's tile (``k_desc``, ``k_head`` and the K strides into
     ``k_dst``)."""
+    # Not an edge tile (``_edge_tile``), written as the interior test: the
+    # negated form compiles the loaders differently under Triton 3.7.1
+    # (their address arithmetic moved out of the uniform registers).
     if (start >= lo) & (start + BLOCK_N <= hi):
         _tma_copy_tile(
             k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids,
@@ -1428,10 +1439,10 @@ def _wait_tile(
 @gluon.jit
 def _tile_copied(start, lo, hi, BLOCK_N: gl.constexpr, EDGE_FENCE: gl.constexpr):
     """Whether the key tile from ``start`` may have come by ``cp.async``
-    (``EDGE_FENCE``: only one with keys outside ``lo .. hi - 1``, as
-    ``_stage_tile`` decides; else every tile counts)."""
+    (``EDGE_FENCE``: only an edge tile, as ``_stage_tile`` decides; else
+    every tile counts)."""
     if EDGE_FENCE:
-        return (start < lo) | (start + BLOCK_N > hi)
+        return _edge_tile(start, lo, hi, BLOCK_N)
     else:
         return True
 
@@ -2235,9 +2246,9 @@ def fixed_history_attention_wgmma(
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
     ``early_scores`` (warp-specialized, not ``overlap``, ``swap_ab`` nor
-    ``fp8_pv``; a ``ring`` of 2 or more, 64-key tiles): the multiplying warps issue the
-    next tile's ``S`` right behind each tile's ``P V`` and wait for ``P V``
-    alone. ``wait_stats``
+    ``fp8_pv``; a ``ring`` of 2 or more, 64-key tiles): the multiplying
+    warps issue the next tile's ``S`` right behind each tile's ``P V`` and
+    wait for ``P V`` alone. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
