@@ -395,21 +395,31 @@ def test_issue_warp_takes_the_copies_out_of_the_converting_warps():
     assert with_.registers <= cap and with_.stack_bytes <= stack, with_.stack_bytes
 
 
-def test_issue_warp_is_refused_outside_fp8_scores():
+def _refused(match, cache_dtype=torch.bfloat16, **options):
+    """``fixed_history_attention_wgmma`` with ``options`` on one request of
+    8 queries x 4 heads over a 16-key page (an fp8 cache with unit scales)
+    raises ``ValueError`` matching ``match``, before anything runs."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
         fixed_history_attention_wgmma,
     )
 
     q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
-    cache = torch.zeros(4, 16, 1, 128, dtype=torch.float8_e4m3fn)
-    lens = torch.ones(1, dtype=torch.int32)
-    with pytest.raises(ValueError, match="issue_warp needs fp8_scores"):
+    cache = torch.zeros(4, 16, 1, 128, dtype=cache_dtype)
+    if cache_dtype == torch.float8_e4m3fn:
+        options.update(k_scale=torch.ones(()), v_scale=torch.ones(()))
+    with pytest.raises(ValueError, match=match):
         fixed_history_attention_wgmma(
-            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32), lens,
-            torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
-            k_scale=torch.ones(()), v_scale=torch.ones(()),
-            warp_specialized=True, tma=True, f16_dots=True, issue_warp=True,
+            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+            torch.tensor([0, 8], dtype=torch.int32), None, 1.0, **options,
         )  # fmt: skip
+
+
+def test_issue_warp_is_refused_outside_fp8_scores():
+    _refused(
+        "issue_warp needs fp8_scores", torch.float8_e4m3fn, warp_specialized=True,
+        tma=True, f16_dots=True, issue_warp=True,
+    )  # fmt: skip
 
 
 def test_early_scores_issue_the_next_tiles_scores_behind_p_v():
@@ -430,17 +440,6 @@ def test_early_scores_issue_the_next_tiles_scores_behind_p_v():
 
 
 def test_early_scores_is_refused_where_it_does_not_apply():
-    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
-        fixed_history_attention_wgmma,
-    )
-
-    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
-    cache = torch.zeros(4, 16, 1, 128, dtype=torch.bfloat16)
-    args = (
-        q, cache, cache, torch.zeros(1, 4, dtype=torch.int32),
-        torch.ones(1, dtype=torch.int32), torch.tensor([0, 8], dtype=torch.int32),
-        None, 1.0,
-    )  # fmt: skip
     for options in (
         {"ring": 1},
         {"block_n": 32},
@@ -448,26 +447,15 @@ def test_early_scores_is_refused_where_it_does_not_apply():
         {"swap_ab": True, "rows": 32},
         {"warp_specialized": False},
     ):
-        with pytest.raises(ValueError, match="early_scores needs"):
-            fixed_history_attention_wgmma(
-                *args, **{"warp_specialized": True, **options}, early_scores=True
-            )
+        _refused(
+            "early_scores needs",
+            **{"warp_specialized": True, **options},
+            early_scores=True,
+        )
 
 
 def test_edge_fence_is_refused_without_tma():
-    from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
-        fixed_history_attention_wgmma,
-    )
-
-    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
-    cache = torch.zeros(4, 16, 1, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="edge_fence needs tma"):
-        fixed_history_attention_wgmma(
-            q, cache, cache, torch.zeros(1, 4, dtype=torch.int32),
-            torch.ones(1, dtype=torch.int32),
-            torch.tensor([0, 8], dtype=torch.int32), None, 1.0,
-            warp_specialized=True, edge_fence=True,
-        )  # fmt: skip
+    _refused("edge_fence needs tma", warp_specialized=True, edge_fence=True)
 
 
 def _without_and_with(option, rows, scores=True, value=True, **changes):
