@@ -2,7 +2,7 @@
 # Bare H200 with Triton 3.7.1 in /tmp/t371. Lease f showed that at fp8
 # shape 3 the multiplying warps' chain per tile sets the pace (a fence
 # taken out of it: 2% faster; a barrier wait added by k_ring: 7% slower).
-# Step "tests": the early_scores kernels and the fp8 P V kernels against
+# Step "tests": the early_scores, fp8 P V and fence-every-tile kernels against
 # the float64 reference (the fp8 P V kernels' options were fixed after
 # lease f: the launch's pipeline carries issue_warp, which fp8_pv refuses).
 # Step "sweep": early_scores (each tile's P V with the next tile's S right
@@ -15,7 +15,7 @@ export PYTHONPATH=/tmp/t371:src
 case $1 in
 tests)
   timeout 330 python3 -m pytest -q -rf tests/test_fixed_history_gluon.py \
-    -k "early-scores or fp8-pv" > $OUT/tests.log 2>&1
+    -k "early-scores or fp8-pv or fence-every-tile" > $OUT/tests.log 2>&1
   echo "tests rc $?"; tail -n 3 $OUT/tests.log | cut -c1-400 ;;
 sweep)
   S=benchmarks/results/h200-2026-12-01j/sweep.py
