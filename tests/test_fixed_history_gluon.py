@@ -71,7 +71,6 @@ def _compile(
     fp8_pv=False,
     issue_warp=False,
     edge_fence=False,
-    early_scores=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -141,7 +140,6 @@ def _compile(
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
                 edge_fence=edge_fence,
-                early_scores=early_scores,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -420,38 +418,6 @@ def test_issue_warp_is_refused_outside_fp8_scores():
         "issue_warp needs fp8_scores", torch.float8_e4m3fn, warp_specialized=True,
         tma=True, f16_dots=True, issue_warp=True,
     )  # fmt: skip
-
-
-def test_early_scores_issue_the_next_tiles_scores_behind_p_v():
-    # early_scores: per tile one more wait (for P V alone, the next S still
-    # running) and the stand-in S of the last tile; the same copies, and
-    # no spills under vLLM 0.32.0's Triton 3.7 with the converting and
-    # issuing warps at 88 registers (at 112 the multiplying warps' 144 do
-    # not hold the next tile's scores beside the output and the weights;
-    # 3.9 keeps 144 bytes on the stack even so).
-    import triton
-
-    launch, early, cap = _without_and_with("early_scores", 64, worker_regs=88)
-    assert early.count("UTMALDG") == launch.count("UTMALDG") > 0
-    assert early.count("WARPGROUP.DEPBAR.LE") > launch.count("WARPGROUP.DEPBAR.LE")
-    assert early.count("QGMMA") > launch.count("QGMMA") > 0
-    stack = 0 if triton.__version__.startswith("3.7") else 144
-    assert early.registers <= cap and early.stack_bytes <= stack, early.stack_bytes
-
-
-def test_early_scores_is_refused_where_it_does_not_apply():
-    for options in (
-        {"ring": 1},
-        {"block_n": 32},
-        {"overlap": True, "ring": 3},
-        {"swap_ab": True, "rows": 32},
-        {"warp_specialized": False},
-    ):
-        _refused(
-            "early_scores needs",
-            **{"warp_specialized": True, **options},
-            early_scores=True,
-        )
 
 
 def test_edge_fence_is_refused_without_tma():
@@ -1158,40 +1124,6 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "edge_fence": False,
-    },
-    # Each tile's P V with the next tile's S right behind it
-    # (early_scores; at 64 rows the converting and issuing warps at 88
-    # registers, so that the multiplying ones keep theirs).
-    "ws-fp8-scores-issue-warp-early-scores": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "early_scores": True,
-        "worker_regs": 88,
-    },
-    "ws-128rows-fp8-scores-early-scores": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "early_scores": True,
-    },
-    "ws-tma-early-scores": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=False, tma=True),
-        "early_scores": True,
-    },
-    "ws-128rows-ring3-early-scores": {
-        "warp_specialized": True,
-        "rows": 128,
-        "ring": 3,
-        "early_scores": True,
-    },
-    "ws-128rows-split-tma-ring4-early-scores": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=False, tma=True),
-        "early_scores": True,
     },
     # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
     # transposed into the ring (the launch's fp8_scores pipelines, and

@@ -1618,7 +1618,6 @@ def _ws_mma_partition(
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
-    EARLY_SCORES: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1641,11 +1640,7 @@ def _ws_mma_partition(
     depth, contiguous, as 8-bit MMAs need). ``EDGE_FENCE`` (TMA, the
     default loop): only the tiles that the loader copied by ``cp.async``
     (``_stage_tile``: those with keys outside the window) are fenced; the
-    others landed through TMA, in the MMAs' own proxy. ``EARLY_SCORES``
-    (the default loop, not ``FP8_PV``): each tile's ``P V`` is issued with
-    the next tile's ``S`` right behind it, and only ``P V`` waited for
-    before the buffer's release, so that the scores come back while the
-    previous tile finishes (two ring buffers held at a time)."""
+    others landed through TMA, in the MMAs' own proxy."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1692,47 +1687,6 @@ def _ws_mma_partition(
                         acc, it, k, n_tiles, first, lo, hi, row_scale,
                         NUM_BUF, MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
                     )  # fmt: skip
-                elif EARLY_SCORES:
-                    if STATS:
-                        between += _clock() - mark
-                    # The first tile's scores; then per tile P V with the
-                    # next tile's scores right behind it, and a wait for
-                    # P V alone. Behind the last tile's P V the scores of q
-                    # with itself (a stand-in reading no ring buffer; its
-                    # result is dropped): the same code for every tile.
-                    waited = _wait_tile(
-                        ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS,
-                        _tile_copied(first, lo, hi, BLOCK_N, EDGE_FENCE),
-                    )  # fmt: skip
-                    s = _issue_scores(q_smem, k_smem.index(it % NUM_BUF), MMA_WARPS)
-                    for t in range(0, n_tiles):
-                        buf = it % NUM_BUF
-                        scores = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                        p_op, m_i, l_i, acc = _softmax_step(
-                            scores, m_i, l_i, acc, first + t * BLOCK_N, lo, hi,
-                            row_scale, v_smem.dtype,
-                        )  # fmt: skip
-                        acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
-                        if t + 1 < n_tiles:
-                            start = first + (t + 1) * BLOCK_N
-                            waited = _wait_tile(
-                                ready, it + 1, NUM_BUF, FENCE_IN_MMA, waited,
-                                STATS, _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
-                            )  # fmt: skip
-                            s_next = _issue_scores(
-                                q_smem, k_smem.index((it + 1) % NUM_BUF), MMA_WARPS
-                            )
-                        else:
-                            s_next = _issue_scores(
-                                q_smem, q_smem.slice(0, BLOCK_N), MMA_WARPS
-                            )
-                        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-                        mbarrier.arrive(empty.index(buf), count=1)
-                        s = s_next
-                        it += 1
-                    warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                    if STATS:
-                        mark = _clock()
                 else:
                     if STATS:
                         between += _clock() - mark
@@ -1777,7 +1731,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    EDGE_FENCE: gl.constexpr, EARLY_SCORES: gl.constexpr, num_warps: gl.constexpr,
+    EDGE_FENCE: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1909,7 +1863,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, EARLY_SCORES,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1923,7 +1877,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, EARLY_SCORES,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -1958,7 +1912,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, EARLY_SCORES,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -2001,7 +1955,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, EARLY_SCORES,
+                        EDGE_FENCE,
                     ),
                 ),
                 (
@@ -2040,7 +1994,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    edge_fence=False, early_scores=False,
+    edge_fence=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2061,7 +2015,6 @@ def pipeline_constants(
         FP8_PV=fp8_pv,
         ISSUE_WARP=issue_warp,
         EDGE_FENCE=edge_fence,
-        EARLY_SCORES=early_scores,
     )
 
 
@@ -2184,7 +2137,6 @@ def fixed_history_attention_wgmma(
     fp8_pv=False,
     issue_warp=False,
     edge_fence=False,
-    early_scores=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2245,10 +2197,7 @@ def fixed_history_attention_wgmma(
     (e4m3 V tiles in the ring: half the shared memory). ``edge_fence``
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
-    ``early_scores`` (warp-specialized, not ``overlap``, ``swap_ab`` nor
-    ``fp8_pv``; a ``ring`` of 2 or more, 64-key tiles): the multiplying
-    warps issue the next tile's ``S`` right behind each tile's ``P V`` and
-    wait for ``P V`` alone. ``wait_stats``
+    ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2299,19 +2248,6 @@ def fixed_history_attention_wgmma(
         )
     if edge_fence and not tma:
         raise ValueError("edge_fence needs tma=True")
-    if early_scores and (
-        not warp_specialized
-        or overlap
-        or swap_ab
-        or fp8_pv
-        or ring < 2
-        or block_n != 64
-    ):
-        raise ValueError(
-            "early_scores needs warp_specialized=True, overlap, swap_ab and "
-            f"fp8_pv False, a ring of 2 or more and block_n=64 (got ring={ring}, "
-            f"block_n={block_n})"
-        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2380,7 +2316,6 @@ def fixed_history_attention_wgmma(
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
                 edge_fence=edge_fence,
-                early_scores=early_scores,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
