@@ -655,6 +655,44 @@ if _IN_CHILD:
             _INTERP_CASES[name], plan=plan, fp8_scales=(0.02, 3.0), extra_rows=2
         )
 
+    # Transposed dots (LaunchPlan.transposed): S^T = K Q^T and O^T += V^T P^T,
+    # tiles of 8 rows (GQA 4 with 2 queries: no padding rows; GQA 1: 2 rows
+    # padded to 8; GQA 8: 16 rows), requests needing several query passes;
+    # one item per program, several splits (with 4, some empty; partials
+    # merged), a persistent grid; caches in q's dtype and fp8 (float16 dots
+    # with V converted in registers, or K and V converted to q's dtype).
+    @pytest.mark.parametrize(
+        "plan",
+        [
+            _plan(2, 32, num_warps=1, transposed=True),
+            _plan(2, 32, 4, num_warps=1, num_stages=2, transposed=True),
+            _plan(2, 32, programs_per_sm=1, num_warps=2, transposed=True),
+        ],
+        ids=["one-item", "splits", "persistent"],
+    )
+    @pytest.mark.parametrize("cache", ["f16", "fp8-f16-dots", "fp8-converted"])
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "L_above_W_gqa4_hnd",
+            "full_attention_gqa8",
+            "d128_gqa1",
+            "empty_request",
+            "full_attention_long",
+        ],
+    )
+    def test_interp_transposed_dots_match_reference(name, cache, plan):
+        fp8 = cache != "f16"
+        if cache == "fp8-f16-dots":
+            plan = dataclasses.replace(plan, fp8_f16_dot=True)
+        _interp_check(
+            _INTERP_CASES[name],
+            plan=plan,
+            fp8_scales=(0.02, 3.0) if fp8 else None,
+            extra_rows=2,
+            poison=True,
+        )
+
     def test_interp_fp8_scale_tensors_are_read_at_each_launch():
         # The kernel reads the scale tensors' current values (as a CUDA-graph
         # replay would after vLLM updates layer._k_scale in place).
@@ -1091,6 +1129,18 @@ if not _IN_CHILD:
     def test_plan_refuses_two_fp8_dot_paths():
         with pytest.raises(ValueError, match="exclude each other"):
             _plan(2, 32, fp8_f16_dot=True, fp8_e4m3_dot=True)
+
+    def test_transposed_plan_tiles_and_refusals():
+        # Transposed dots take the query rows as the dots' columns: 8 rows
+        # suffice (16 otherwise); they are the Triton kernel's float16/bf16
+        # dots only.
+        assert _plan(8, 32, transposed=True).tile_rows(1) == 8
+        assert _plan(8, 32).tile_rows(1) == 16
+        assert _plan(1, 32, transposed=True).tile_rows(4) == 8
+        assert _plan(4, 32, transposed=True).tile_rows(8) == 32
+        for other in ({"gluon": True}, {"fp8_e4m3_dot": True}):
+            with pytest.raises(ValueError, match="transposed is for the Triton"):
+                _plan(8, 32, transposed=True, **other)
 
     @pytest.mark.parametrize("registers", [-1, 8, 23, 256, 1024])
     def test_plan_refuses_register_caps_outside_the_register_file(registers):
@@ -2113,6 +2163,56 @@ if not _IN_CHILD:
             plan=plan,
             fp8_scales=(0.02, 3.0),
             extra_rows=2,
+        )
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("cache", ["q-dtype", "fp8-f16-dots", "fp8-converted"])
+    @pytest.mark.parametrize(
+        "case,plan",
+        [
+            # 8 queries x 1 head per KV head at D = 64 (the benchmark's fifth
+            # shape's tiles): one warp, page ids in PTX, 2 splits, at most
+            # 168 registers; windows ending mid-tile, L < W, 1-8 queries.
+            (
+                Case([3000, 17, 2048, 0, 130], [8, 8, 3, 1, 8], 1024, 16, 16, 64, 16),
+                _plan(
+                    8,
+                    32,
+                    2,
+                    num_warps=1,
+                    num_stages=3,
+                    asm_page_load=True,
+                    max_registers=168,
+                    transposed=True,
+                ),
+            ),
+            # 64-key tiles, one split, a request needing two query passes
+            (
+                Case([900, 50, 4000, 7], [1, 2, 1, 12], 2048, 8, 2, 64, 16),
+                _plan(2, 64, num_warps=1, num_stages=2, transposed=True),
+            ),
+            # 16-row tiles (4 queries x 4 heads) at D = 128, 4 warps, a
+            # persistent grid, no window
+            (
+                Case([5000, 300, 0], [4, 3, 4], None, 16, 4, 128, 16),
+                _plan(4, 32, programs_per_sm=2, num_stages=3, transposed=True),
+            ),
+        ],
+        ids=["8-rows-d64", "64-keys-passes", "16-rows-d128"],
+    )
+    def test_cuda_transposed_dots(case, plan, cache, dtype):
+        fp8 = cache != "q-dtype"
+        plan = dataclasses.replace(plan, fp8_f16_dot=cache == "fp8-f16-dots")
+        _run_and_check(
+            case,
+            dtype=dtype,
+            device="cuda",
+            plan=plan,
+            fp8_scales=(0.02, 3.0) if fp8 else None,
+            extra_rows=2,
+            poison=True,
         )
 
     @pytest.mark.cuda

@@ -182,6 +182,22 @@ def _online_softmax_step(
 
 
 @triton.jit
+def _transposed_softmax_step(q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc_t, qk_scale):
+    """``_online_softmax_step`` with both dots transposed: ``S^T = K Q^T``
+    (the keys as the dot's rows, the tile's query rows as its columns) and
+    ``O^T += V^T P^T``, so that a tile of 8 rows needs no padding rows
+    (the dots' smallest column count is 8, their smallest row count 16)."""
+    s_t = tl.dot(k_tile, tl.trans(q_tile)) * qk_scale
+    s_t = tl.where(key_ok[:, None], s_t, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s_t, axis=0))
+    alpha = tl.exp2(m_i - m_new)
+    p_t = tl.exp2(s_t - m_new[None, :])
+    l_i = l_i * alpha + tl.sum(p_t, axis=0)
+    acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(v_tile), p_t.to(v_tile.dtype))
+    return m_new, l_i, acc_t
+
+
+@triton.jit
 def fixed_history_kernel(
     q_ptr,  # [T, nH, D]
     k_ptr,  # [num_blocks, block_size, nKV, D], last stride 1; q's dtype or fp8
@@ -217,7 +233,7 @@ def fixed_history_kernel(
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,  # vLLM block_size
     BLOCK_Q: tl.constexpr,  # queries of one request per tile
-    BLOCK_M: tl.constexpr,  # next_pow2(BLOCK_Q * GROUP), >= 16
+    BLOCK_M: tl.constexpr,  # next_pow2(BLOCK_Q * GROUP), >= 16 (TRANSPOSED: 8)
     BLOCK_N: tl.constexpr,  # keys per tile
     NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
@@ -228,6 +244,7 @@ def fixed_history_kernel(
     FP8_E4M3_DOT: tl.constexpr,  # fp8: e4m3 q and softmax weights, e4m3 dots
     K_SCALE_IN_MEMORY: tl.constexpr,  # k_scale is a pointer
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
+    TRANSPOSED: tl.constexpr,  # S^T = K Q^T, O^T += V^T P^T
 ):
     if KV_FP8:
         # Dequantize outside the dot products (see the module docstring).
@@ -297,7 +314,10 @@ def fixed_history_kernel(
                 score_scale = (row_max * (qk_scale / E4M3_MAX))[:, None]
             m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-            acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+            if TRANSPOSED:  # noqa: SIM108 (constexpr branch)
+                acc = tl.zeros([HEAD_DIM, BLOCK_M], dtype=tl.float32)
+            else:
+                acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
             for start_n in range(split_lo, split_hi, BLOCK_N):
                 pos = start_n + offs_n
                 key_ok = pos < split_hi
@@ -316,17 +336,24 @@ def fixed_history_kernel(
                 elif KV_FP8 and not FP8_E4M3_DOT:
                     k_tile = _fp8_to(k_tile, q_tile.dtype)
                     v_tile = _fp8_to(v_tile, q_tile.dtype)
-                m_i, l_i, acc = _online_softmax_step(
-                    q_tile,
-                    k_tile,
-                    v_tile,
-                    key_ok,
-                    m_i,
-                    l_i,
-                    acc,
-                    score_scale,
-                    KV_FP8 and FP8_E4M3_DOT,
-                )
+                if TRANSPOSED:
+                    m_i, l_i, acc = _transposed_softmax_step(
+                        q_tile, k_tile, v_tile, key_ok, m_i, l_i, acc, qk_scale
+                    )
+                else:
+                    m_i, l_i, acc = _online_softmax_step(
+                        q_tile,
+                        k_tile,
+                        v_tile,
+                        key_ok,
+                        m_i,
+                        l_i,
+                        acc,
+                        score_scale,
+                        KV_FP8 and FP8_E4M3_DOT,
+                    )
+            if TRANSPOSED:  # once per pass: the rows back as rows
+                acc = tl.trans(acc)
             if KV_FP8:
                 acc = acc * v_factor
 

@@ -68,6 +68,11 @@ class LaunchPlan:
     ``max_registers`` (Triton kernel only; 0: the compiler's choice): a cap
     on the registers per thread (Triton's ``maxnreg``), so that more warps
     fit on an SM where a plan is bound by latency rather than by issue.
+    ``transposed`` (Triton kernel only): both dot products transposed,
+    ``S^T = K Q^T`` and ``O^T += V^T P^T``, the keys as the dots' rows and
+    the tile's query rows as their columns, so that a tile needs 8 rows
+    instead of 16 (``tile_rows``; e.g. 8 queries x 1 head without padding
+    rows: half the dot products and exponentials).
     """
 
     block_q: int  # queries of one request per tile
@@ -82,6 +87,7 @@ class LaunchPlan:
     gluon: bool = False
     fp8_scores: bool = False
     max_registers: int = 0
+    transposed: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -127,6 +133,11 @@ class LaunchPlan:
                 "max_registers caps the Triton kernel's registers; the Gluon "
                 f"kernel sets its own (gluon=True, max_registers={self.max_registers})"
             )
+        if self.transposed and (self.gluon or self.fp8_e4m3_dot):
+            raise ValueError(
+                "transposed is for the Triton kernel's bfloat16/float16 dots, got "
+                f"gluon={self.gluon}, fp8_e4m3_dot={self.fp8_e4m3_dot}"
+            )
         if self.fp8_scores and not (self.gluon and self.fp8_f16_dot):
             raise ValueError(
                 "fp8_scores needs gluon=True and fp8_f16_dot=True, got "
@@ -140,7 +151,7 @@ class LaunchPlan:
 
     def tile_rows(self, group: int) -> int:
         """Rows of a tile (BLOCK_M) for ``group`` query heads per KV head."""
-        return _tile_rows(self.block_q, group)
+        return _tile_rows(self.block_q, group, 8 if self.transposed else 16)
 
 
 def _gluon_pipeline(
@@ -286,9 +297,10 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
 
 
-def _tile_rows(block_q: int, group: int) -> int:
-    """block_q queries x group query heads, padded to a power of two >= 16."""
-    return max(16, _next_pow2(block_q * group))
+def _tile_rows(block_q: int, group: int, least: int = 16) -> int:
+    """block_q queries x group query heads, padded to a power of two >=
+    ``least`` (a dot's fewest rows; 8 columns for a transposed tile)."""
+    return max(least, _next_pow2(block_q * group))
 
 
 def _gluon_widens_bf16(
@@ -556,6 +568,7 @@ def kernel_constants(
         FP8_E4M3_DOT=kv_fp8 and plan.fp8_e4m3_dot,
         K_SCALE_IN_MEMORY=k_scale_in_memory,
         V_SCALE_IN_MEMORY=v_scale_in_memory,
+        TRANSPOSED=plan.transposed,
     )
 
 

@@ -1,0 +1,29 @@
+# Lease h (twenty-first session, 2026-12-03). Bare H200 with Triton 3.7.1
+# in /tmp/t371.
+# Step "tests": the fp8 P V and fence-every-tile Gluon kernels (fixed after
+# lease f, never run since) and the Triton kernel's transposed dots against
+# the float64 reference (pytest unbuffered, so that a timeout keeps the
+# report so far).
+# Step "sweep": the Triton kernel's transposed dots (S^T = K Q^T, O^T +=
+# V^T P^T: 8-row tiles without padding rows) at shape 5 (8 queries x 1 head
+# per KV head, D = 64), fp8 and bf16, with register caps, splits and tile
+# sizes around the launch plan.
+export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
+case $1 in
+tests)
+  timeout 330 python3 -m pytest -q -rf -p no:cacheprovider \
+    tests/test_fixed_history_attention.py \
+    tests/test_fixed_history_gluon.py -k "transposed or fp8-pv or fence-every-tile" \
+    > $OUT/tests.log 2>&1
+  echo "tests rc $?"; tail -n 3 $OUT/tests.log | cut -c1-400 ;;
+sweep)
+  S=benchmarks/results/h200-2026-12-03h/plan_sweep.py
+  T='"transposed":true'
+  {
+  echo "== fp8 shape 5"
+  timeout 240 python3 $S 4 fp8 "[{},{$T},{$T,\"max_registers\":128},{$T,\"max_registers\":144},{$T,\"max_registers\":0},{$T,\"num_splits\":4},{$T,\"num_splits\":1},{$T,\"num_stages\":4},{$T,\"block_n\":64,\"num_stages\":2},{},{$T}]" graph 2>&1
+  echo "== bf16 shape 5"
+  timeout 150 python3 $S 4 bf16 "[{},{$T},{$T,\"max_registers\":168},{},{$T}]" graph 2>&1
+  } > $OUT/sweep.txt 2>&1
+  grep -E "==|us |error|plan" $OUT/sweep.txt | cut -c1-200 ;;
+esac
