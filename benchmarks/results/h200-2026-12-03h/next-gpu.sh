@@ -21,7 +21,7 @@ sweep)
   T='"transposed":true'
   {
   echo "== fp8 shape 5"
-  timeout 240 python3 $S 4 fp8 "[{},{$T},{$T,\"max_registers\":128},{$T,\"max_registers\":144},{$T,\"max_registers\":0},{$T,\"num_splits\":4},{$T,\"num_splits\":1},{$T,\"num_stages\":4},{$T,\"block_n\":64,\"num_stages\":2},{},{$T}]" graph 2>&1
+  timeout 240 python3 $S 4 fp8 "[{},{$T},{$T,\"max_registers\":128},{$T,\"max_registers\":144},{$T,\"max_registers\":0},{$T,\"num_splits\":4},{$T,\"num_splits\":1},{$T,\"num_stages\":4},{$T,\"block_n\":64,\"num_stages\":2},{$T,\"fp8_f16_dot\":false},{},{$T}]" graph 2>&1
   echo "== bf16 shape 5"
   timeout 150 python3 $S 4 bf16 "[{},{$T},{$T,\"max_registers\":168},{},{$T}]" graph 2>&1
   } > $OUT/sweep.txt 2>&1
