@@ -1611,17 +1611,18 @@ if not _IN_CHILD:
         assert plans[(32, 32768, 16, 4096, 32, 4, 128)].tile_rows(8) == 128
         # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
         # path, except 64-row tiles (16 query slots for 8 queries) at the
-        # three 32-row D = 128 shapes and two splits at the D = 64 shape,
-        # whose registers are capped at 168 (the 2026-12-02 sweep).
+        # three 32-row D = 128 shapes, and at the D = 64 shape both dots
+        # transposed (8-row tiles), registers capped at 128 (the 2026-12-03
+        # sweep).
         wide_d128 = _plan(16, 64, num_stages=3, asm_page_load=True, programs_per_sm=2)
         fp8_plans = {
             **{shape: wide_d128 for shape in list(plans)[:3]},
             (32, 32768, 16, 4096, 32, 4, 128): plans[(32, 32768, 16, 4096, 32, 4, 128)],
             (128, 8192, 8, 4096, 16, 16, 64): dataclasses.replace(
                 plans[(128, 8192, 8, 4096, 16, 16, 64)],
-                num_splits=2,
                 fp8_f16_dot=True,
-                max_registers=168,
+                max_registers=128,
+                transposed=True,
             ),
         }
         for shape, want in fp8_plans.items():

@@ -26,4 +26,20 @@ sweep)
   timeout 150 python3 $S 4 bf16 "[{},{$T},{$T,\"max_registers\":168},{},{$T}]" graph 2>&1
   } > $OUT/sweep.txt 2>&1
   grep -E "==|us |error|plan" $OUT/sweep.txt | cut -c1-200 ;;
+sweep2)  # run inline on the lease (recorded here): one split, register caps
+  S=benchmarks/results/h200-2026-12-03h/plan_sweep.py
+  T='"transposed":true'
+  timeout 240 python3 $S 4 fp8 "[{},{$T,\"num_splits\":1},{$T,\"num_splits\":1,\"max_registers\":0},{$T,\"num_splits\":1,\"max_registers\":128},{$T,\"num_splits\":1,\"num_stages\":2},{$T,\"max_registers\":0},{$T,\"num_splits\":1,\"max_registers\":0,\"num_stages\":2},{},{$T,\"num_splits\":1,\"max_registers\":0}]" graph > $OUT/sweep2.txt 2>&1
+  T='"transposed":true,"num_splits":1'
+  timeout 240 python3 $S 4 fp8 "[{},{$T,\"max_registers\":128},{$T,\"max_registers\":96},{$T,\"max_registers\":104},{$T,\"max_registers\":112},{$T,\"max_registers\":120},{$T,\"max_registers\":136},{$T,\"max_registers\":128,\"num_stages\":4},{$T,\"max_registers\":112,\"num_stages\":4},{},{$T,\"max_registers\":128}]" graph > $OUT/sweep3.txt 2>&1 ;;
+bench)  # with the transposed fp8 plan of shape 5 in the launch
+  timeout 250 python3 benchmarks/bench_fixed_history_attention.py \
+    --kv-dtypes fp8 --kernel-only --md $OUT/five-fp8.md > $OUT/bench.txt 2>&1
+  echo "bench rc $?"; cat $OUT/five-fp8.md ;;
+api)  # the public API's fp8 launches (shape 5's tiles now transposed) and plans
+  timeout 200 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
+    tests/test_fixed_history_attention.py -k "fp8_cache_matches or \
+    fp8_head_dims or graph_replay or transposed or split_path" \
+    > $OUT/tests-api.log 2>&1
+  echo "api rc $?"; tail -n 3 $OUT/tests-api.log | cut -c1-400 ;;
 esac

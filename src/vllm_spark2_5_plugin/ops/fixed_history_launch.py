@@ -372,6 +372,7 @@ def _plan(
     asm = False
     persistent = 0
     max_registers = 0
+    transposed = False
     gluon = False
     target = int(3.5 * num_sms)
     window = max_kv_len if sliding_window is None else sliding_window
@@ -454,6 +455,16 @@ def _plan(
         # plan 143 instead of 128 (fewer warps per SM; not measured).
         if kv_fp8 and head_dim == 64:
             max_registers = 168
+            # Up to 8 rows (8 queries x 1 head, say): both dots transposed,
+            # the keys as their rows, so that the tile carries no padding
+            # rows, at most 128 registers (16 programs per SM) and one split:
+            # 440-445 -> 372 us at the benchmark's fp8 shape 5 (transposed
+            # with the 168-register cap and two splits: 411-412; with one
+            # split: 397; caps of 96-136 with one split: 380-486; H200,
+            # Triton 3.7.1, 2026-12-03). With a bf16 cache the transposed
+            # plan was 24% slower (495 -> 612-614 us).
+            if block_q * group <= 8:
+                transposed, max_registers = True, 128
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = (
             (128, 4, 3, True) if kv_fp8 else (64, 4, 4, True)
@@ -468,9 +479,10 @@ def _plan(
     # shape 5 under Triton 3.7.1, where one split missed the floor goal
     # (2026-12-01 sweep).
     # The one-warp tiles of up to 16 rows split in two with an fp8 cache only
-    # (one split: bf16 526 vs 548 us, fp8 570 vs 504 us).
+    # (one split: bf16 526 vs 548 us, fp8 570 vs 504 us), and not when
+    # transposed (one split: 372 vs 403 us at 128 registers).
     min_splits = 2 if head_dim <= 64 and block_m <= 32 else 1
-    if block_m <= 16 and not kv_fp8:
+    if block_m <= 16 and (not kv_fp8 or transposed):
         min_splits = 1
     splits = 1
     while (
@@ -504,6 +516,7 @@ def _plan(
         # tokens per draft with float16 scores).
         fp8_scores=scores_ok and gluon and splits == 1 and fp8_f16_dot,
         max_registers=max_registers,
+        transposed=transposed,
     )
 
 
