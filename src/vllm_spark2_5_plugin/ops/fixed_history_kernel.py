@@ -31,6 +31,10 @@ by 256 (``p <= 1``, so ``256 p`` stays below e4m3's largest value 448);
 ``sum p v = v_scale / 256 * sum (256 p)8 * v8`` up to p's. The row sums of
 the softmax use the unrounded weights. Triton emits fp8 ``wgmma`` for it on
 sm_90 when a tile has at least 64 rows; with fewer it converts to float16.
+
+Whatever the dot path, ``TRANSPOSED`` computes both dots transposed
+(``S^T = K Q^T``, ``O^T += V^T P^T``): a dot takes 8 columns but 16 rows,
+so a tile of 8 query rows needs no padding rows as the columns.
 """
 
 import triton
