@@ -35,7 +35,12 @@ sweep2)  # run inline on the lease (recorded here): one split, register caps
 bench)  # with the transposed fp8 plan of shape 5 in the launch
   timeout 250 python3 benchmarks/bench_fixed_history_attention.py \
     --kv-dtypes fp8 --kernel-only --md $OUT/five-fp8.md > $OUT/bench.txt 2>&1
-  echo "bench rc $?"; cat $OUT/five-fp8.md ;;
+  echo "bench rc $?"; cat $OUT/five-fp8.md
+  # the launch's transposed fp8 plan at D = 64 through the public API
+  timeout 80 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
+    tests/test_fixed_history_attention.py \
+    -k "fp8 and (L_below_W_16_16_64 or graph_replay)" > $OUT/tests-api.log 2>&1
+  echo "api rc $?"; tail -n 2 $OUT/tests-api.log | cut -c1-300 ;;
 api)  # the public API's fp8 launches (shape 5's tiles now transposed) and plans
   timeout 200 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
     tests/test_fixed_history_attention.py -k "fp8_cache_matches or \
