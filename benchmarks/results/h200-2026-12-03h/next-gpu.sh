@@ -41,6 +41,10 @@ bench)  # with the transposed fp8 plan of shape 5 in the launch
     tests/test_fixed_history_attention.py \
     -k "fp8 and (L_below_W_16_16_64 or graph_replay)" > $OUT/tests-api.log 2>&1
   echo "api rc $?"; tail -n 2 $OUT/tests-api.log | cut -c1-300 ;;
+sweep4)  # run inline on the last lease (recorded here): around the new launch plan
+  timeout 100 python3 benchmarks/results/h200-2026-12-03h/plan_sweep.py 4 fp8 \
+    '[{},{"max_registers":124},{"asm_page_load":false},{"num_stages":2,"max_registers":104},{"block_n":16,"num_stages":4},{}]' \
+    graph > $OUT/sweep4.txt 2>&1 ;;
 api)  # the public API's fp8 launches (shape 5's tiles now transposed) and plans
   timeout 200 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
     tests/test_fixed_history_attention.py -k "fp8_cache_matches or \
