@@ -3,7 +3,9 @@
 # output's max difference from the launch plan's, relative to its max.
 #   PYTHONPATH=/tmp/t371:src python3 plan_sweep.py SHAPE bf16|fp8 'JSON list' [graph]
 # e.g. '[{}, {"transposed": true}]' times the launch plan and its transposed
-# form; "graph" times CUDA-graph replays.
+# form; "graph" times CUDA-graph replays. (results/h200-2026-12-02h's
+# triton_probe.py, less its register-cap shim: LaunchPlan.max_registers now
+# carries the cap; and the reference is the launch plan's output.)
 import dataclasses
 import functools
 import sys
