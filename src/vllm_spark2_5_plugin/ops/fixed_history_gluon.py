@@ -327,13 +327,19 @@ def _mma_layout(n, num_warps, k=16):
 def _row_ptrs(
     base, q_first, q_base, num_q, kv_head, stride_t, stride_h,
     GROUP: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-    layout: gl.constexpr,
+    layout: gl.constexpr, HALF_ROWS: gl.constexpr = False,
 ):  # fmt: skip
     """Pointers to a tile's rows of a ``[T, nH, D]`` tensor (row r: query
     ``q_base + r // GROUP`` of the request, head ``r % GROUP`` of the KV
-    head's group) and the mask of the rows that exist."""
+    head's group) and the mask of the rows that exist. ``HALF_ROWS``: the
+    rows ``16 w + 0 .. 7`` of each 16 hold rows ``8 w + 0 .. 7`` as above,
+    the others none (``_row_halves``)."""
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    real = rows >= 0
+    if HALF_ROWS:
+        real = rows % 16 < 8
+        rows = rows // 16 * 8 + rows % 8
     q_idx = q_base + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     tok = (q_first + q_idx).to(gl.int64)
@@ -342,7 +348,9 @@ def _row_ptrs(
         + gl.expand_dims(tok * stride_t + head * stride_h, 1)
         + gl.expand_dims(offs_d, 0)
     )
-    mask = gl.expand_dims(q_idx < num_q, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
+    mask = gl.expand_dims((q_idx < num_q) & real, 1) & gl.expand_dims(
+        offs_d < HEAD_DIM, 0
+    )
     return ptrs, mask
 
 
@@ -353,11 +361,42 @@ def _softmax_step(
     """One online-softmax update (base 2) with the scores ``s`` of keys
     ``key_start ..`` (those outside ``lo .. hi - 1`` masked): the new row
     maxima and sums, ``acc`` rescaled, and the weights P as the A operand of
-    ``P V``. Every tile holds a valid key."""
+    ``P V``. Every tile holds a valid key. With maxima of half the rows
+    (``HALF_ROWS``): only the first half of ``_row_halves`` is rescaled
+    (the other stays 0)."""
     p_op, m_new, l_i, alpha_o = _softmax_weights(
         s, m_i, l_i, key_start, lo, hi, score_scale, dtype, acc.type.layout
     )
-    return p_op, m_new, l_i, acc * gl.expand_dims(alpha_o, 1)
+    HALF: gl.constexpr = m_i.shape[0] * 2 == acc.shape[0]
+    if HALF:
+        a, b = _row_halves(acc)
+        alpha_a = gl.convert_layout(alpha_o, gl.SliceLayout(1, a.type.layout))
+        acc = _join_row_halves(a * gl.expand_dims(alpha_a, 1), b, acc.type.layout)
+    else:
+        acc = acc * gl.expand_dims(alpha_o, 1)
+    return p_op, m_new, l_i, acc
+
+
+@gluon.jit
+def _row_halves(x):
+    """``x`` (``[M, N]`` in an MMA layout: each thread holds rows ``16 w +
+    r`` and ``16 w + 8 + r`` of warp w) split into those two row sets,
+    ``[M / 2, N]`` each, row ``8 w + r``; no data moves."""
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    x = gl.permute(gl.reshape(x, [M // 16, 2, 8, N]), (0, 2, 3, 1))
+    a, b = gl.split(x)
+    return gl.reshape(a, [M // 2, N]), gl.reshape(b, [M // 2, N])
+
+
+@gluon.jit
+def _join_row_halves(a, b, layout: gl.constexpr):
+    """The inverse of ``_row_halves``, in ``layout``."""
+    H: gl.constexpr = a.shape[0]
+    N: gl.constexpr = a.shape[1]
+    x = gl.join(gl.reshape(a, [H // 8, 8, N]), gl.reshape(b, [H // 8, 8, N]))
+    x = gl.reshape(gl.permute(x, (0, 3, 1, 2)), [2 * H, N])
+    return gl.convert_layout(x, layout)
 
 
 @gluon.jit
@@ -392,7 +431,13 @@ def _softmax_weights(
     """``_softmax_step`` without touching the output: the weights P, the new
     row maxima and sums, and the factor ``alpha`` (in the rows of
     ``o_layout``) that the output takes before ``P V`` is added.
-    ``score_scale``: each row's factor of its scores (``_row_scales``)."""
+    ``score_scale``: each row's factor of its scores (``_row_scales``).
+    With maxima of half the rows (``HALF_ROWS``): the softmax of the first
+    half of ``_row_halves`` alone, the other half's weights 0, and
+    ``alpha`` in the maxima's layout."""
+    HALF: gl.constexpr = m_i.shape[0] * 2 == s.shape[0]
+    if HALF:
+        s, _ = _row_halves(s)
     # Scores of 8-bit MMAs (FP8_SCORES) in the 16-bit MMAs' layout: the same
     # threads hold the same values, the conversion only renames the layout.
     s = gl.convert_layout(s, m_i.type.layout.parent)
@@ -408,14 +453,18 @@ def _softmax_weights(
     p_log2: gl.constexpr = _weights_log2(dtype)
     p = gl.exp2(s * gl.expand_dims(score_scale, 1) - gl.expand_dims(m_new - p_log2, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
     p_layout: gl.constexpr = gl.DotOperandLayout(
         operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
     )
     p = p.to(dtype)
     if dtype.primitive_bitwidth == 8:
         p = _fp8_key_order(p, 1)
-    p_op = gl.convert_layout(p, p_layout)
+    if HALF:  # (the conversions only rename layouts)
+        alpha_o = alpha
+        p_op = _join_row_halves(p, gl.zeros_like(p), p_layout)
+    else:
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+        p_op = gl.convert_layout(p, p_layout)
     return p_op, m_new, l_i, alpha_o
 
 
@@ -465,7 +514,10 @@ def _store_output(
     stride_o_t, stride_o_h, GROUP: gl.constexpr, KV_FP8: gl.constexpr,
 ):  # fmt: skip
     """``acc`` times ``v_scale / l`` (``v_scale``: for fp8, else 1; one
-    division per row, not per value) into the tile's output rows."""
+    division per row, not per value) into the tile's output rows (with sums
+    of half the rows, ``HALF_ROWS``: the first half of ``_row_halves``)."""
+    if l_i.shape[0] * 2 == acc.shape[0]:
+        acc, _ = _row_halves(acc)
     o_layout: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     result = acc * gl.expand_dims(_out_scale(v_scale_ptr, KV_FP8) / l_o, 1)
@@ -481,19 +533,21 @@ def _load_q(
     q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
     q_factor, GROUP: gl.constexpr, F16_DOTS: gl.constexpr,
     num_warps: gl.constexpr, FP8_SCORES: gl.constexpr = False,
+    HALF_ROWS: gl.constexpr = False,
 ):  # fmt: skip
     """A tile of q into shared memory, visible to the MMAs of every warp
     (``F16_DOTS``: times ``q_factor``, rounded to float16 once;
     ``FP8_SCORES``: each row times the power of two that puts its largest
     magnitude in [128, 256), rounded to e4m3). Returns the factor that each
     row's scores take (``FP8_SCORES``: ``q_factor`` over the row's power of
-    two; else 1). An all-zero row, a padding row, stays 0. The caller's
-    previous MMAs on ``q_smem`` have completed."""
+    two; else 1). An all-zero row, a padding row, stays 0 (``HALF_ROWS``:
+    the rows of ``_row_ptrs``). The caller's previous MMAs on ``q_smem``
+    have completed."""
     HEAD_DIM: gl.constexpr = q_smem.shape[1]
     layout: gl.constexpr = _kv_layout(HEAD_DIM, False, num_warps)
     ptrs, mask = _row_ptrs(
         q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
-        GROUP, q_smem.shape[0], HEAD_DIM, layout,
+        GROUP, q_smem.shape[0], HEAD_DIM, layout, HALF_ROWS,
     )  # fmt: skip
     q = gl.load(ptrs, mask=mask, other=0.0)
     if FP8_SCORES:
@@ -521,16 +575,23 @@ def _load_q(
 @gluon.jit
 def _row_scales(
     descale, score_scale, BLOCK_N: gl.constexpr, num_warps: gl.constexpr,
-    FP8_SCORES: gl.constexpr = False,
+    FP8_SCORES: gl.constexpr = False, HALF_ROWS: gl.constexpr = False,
 ):  # fmt: skip
     """The factor of each row's scores in the softmax exponent: the
     kernel's ``score_scale`` times (``FP8_SCORES``) the row's ``descale``
-    from ``_load_q``, in the rows of the scores' layout."""
+    from ``_load_q``, in the rows of the scores' layout (``HALF_ROWS``:
+    of their first half, ``_row_halves``)."""
     rows: gl.constexpr = gl.SliceLayout(1, _mma_layout(BLOCK_N, num_warps))
     if FP8_SCORES:
-        return gl.convert_layout(descale, rows) * score_scale
+        r = gl.convert_layout(descale, rows) * score_scale
     else:
-        return gl.full([descale.shape[0]], 1.0, gl.float32, rows) * score_scale
+        r = gl.full([descale.shape[0]], 1.0, gl.float32, rows) * score_scale
+    if HALF_ROWS:  # once per pass: through a tile of the scores' shape
+        full = gl.expand_dims(r, 1) + gl.zeros(
+            [descale.shape[0], BLOCK_N], gl.float32, _mma_layout(BLOCK_N, num_warps)
+        )
+        r = gl.max(_row_halves(full)[0], axis=1)
+    return r
 
 
 @gluon.jit
@@ -577,15 +638,23 @@ def _softmax_init(
     HEAD_DIM: gl.constexpr,
     num_warps: gl.constexpr,
     PV_DEPTH: gl.constexpr = 16,
+    HALF_ROWS: gl.constexpr = False,
 ):
     """Row maxima, row sums and the output accumulator before the first tile
     (``PV_DEPTH``: the depth of the ``P V`` instructions, 32 for 8-bit
-    operands)."""
+    operands; ``HALF_ROWS``: the maxima and sums of the first half of the
+    rows, ``_row_halves``, in the layout it gives)."""
     s_layout: gl.constexpr = _mma_layout(BLOCK_N, num_warps)
     o_layout: gl.constexpr = _mma_layout(HEAD_DIM, num_warps, PV_DEPTH)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    if HALF_ROWS:
+        h, _ = _row_halves(gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout))
+        rows: gl.constexpr = gl.SliceLayout(1, h.type.layout)
+        m_i = gl.full([BLOCK_M // 2], float("-inf"), gl.float32, rows)
+        l_i = gl.zeros([BLOCK_M // 2], gl.float32, rows)
+    else:
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     return m_i, l_i, acc
 
 
@@ -1618,6 +1687,7 @@ def _ws_mma_partition(
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
+    HALF_ROWS: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1640,8 +1710,11 @@ def _ws_mma_partition(
     depth, contiguous, as 8-bit MMAs need). ``EDGE_FENCE`` (TMA, the
     default loop): only the tiles that the loader copied by ``cp.async``
     (``_stage_tile``: those with keys outside the window) are fenced; the
-    others landed through TMA, in the MMAs' own proxy."""
-    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
+    others landed through TMA, in the MMAs' own proxy. ``HALF_ROWS`` (the
+    default loop): a tile of twice the rows of ``BLOCK_Q`` queries, which
+    fill the first half of ``_row_halves`` (the rows ``16 w + 0 .. 7``);
+    the softmax runs on that half alone (half the exponentials)."""
+    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
     waited = _clock() * 0 if STATS else 0
@@ -1664,6 +1737,7 @@ def _ws_mma_partition(
             descale = _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
+                HALF_ROWS,
             )  # fmt: skip
             if SWAP_AB:
                 l_part, acc_t, it = _swapped_tiles(
@@ -1676,10 +1750,11 @@ def _ws_mma_partition(
                 )  # fmt: skip
             else:
                 m_i, l_i, acc = _softmax_init(
-                    BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16
-                )
+                    BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16,
+                    HALF_ROWS,
+                )  # fmt: skip
                 row_scale = _row_scales(
-                    descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES
+                    descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES, HALF_ROWS
                 )
                 if OVERLAP:
                     m_i, l_i, acc, it, k = _overlapped_tiles(
@@ -1731,7 +1806,7 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    EDGE_FENCE: gl.constexpr, num_warps: gl.constexpr,
+    EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1750,8 +1825,10 @@ def fixed_history_ws_kernel(
     fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
     (``_ws_tma_fp8_partition``). ``FP8_PV`` (with ``FP8_SCORES``): ``P V``
     on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
-    the ring instead of converting them."""
-    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
+    the ring instead of converting them. ``HALF_ROWS`` (one multiplying
+    partition, the default loop): tiles of twice ``BLOCK_Q * GROUP`` rows,
+    the queries in every other 8 of them (``_ws_mma_partition``)."""
+    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
     # The operands' dtype of S = Q K^T.
@@ -1912,7 +1989,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE,
+                        EDGE_FENCE, HALF_ROWS,
                     ),
                 ),
                 (
@@ -1955,7 +2032,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE,
+                        EDGE_FENCE, HALF_ROWS,
                     ),
                 ),
                 (
@@ -1994,7 +2071,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    edge_fence=False,
+    edge_fence=False, half_rows=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2015,6 +2092,7 @@ def pipeline_constants(
         FP8_PV=fp8_pv,
         ISSUE_WARP=issue_warp,
         EDGE_FENCE=edge_fence,
+        HALF_ROWS=half_rows,
     )
 
 
@@ -2137,6 +2215,7 @@ def fixed_history_attention_wgmma(
     fp8_pv=False,
     issue_warp=False,
     edge_fence=False,
+    half_rows=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2197,7 +2276,11 @@ def fixed_history_attention_wgmma(
     (e4m3 V tiles in the ring: half the shared memory). ``edge_fence``
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
-    ``wait_stats``
+    ``half_rows`` (warp-specialized, 64 rows, one multiplying partition, not
+    ``overlap``, ``swap_ab`` nor ``fp8_pv``; query heads per KV head that
+    divide 32): a tile of 64 rows holds 32 of queries (``rows // group //
+    2`` of them per pass), in the rows ``16 w + 0 .. 7`` of each warp's 16,
+    and the softmax runs on those alone. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2248,6 +2331,17 @@ def fixed_history_attention_wgmma(
         )
     if edge_fence and not tma:
         raise ValueError("edge_fence needs tma=True")
+    if half_rows and not (
+        warp_specialized
+        and rows == 64
+        and not (overlap or swap_ab or split_mma or fp8_pv)
+        and (rows // 2) % group == 0
+    ):
+        raise ValueError(
+            "half_rows needs warp_specialized=True, rows=64, overlap, swap_ab, "
+            f"split_mma and fp8_pv False and query heads per KV head that divide "
+            f"32 (got rows={rows}, {group} per KV head)"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2272,7 +2366,7 @@ def fixed_history_attention_wgmma(
         out,
         k_scale,
         v_scale,
-        block_q=rows // group,
+        block_q=rows // group // (2 if half_rows else 1),
         block_n=block_n if warp_specialized else 64,
         f16_dots=f16_dots,
     )
@@ -2316,6 +2410,7 @@ def fixed_history_attention_wgmma(
                 fp8_pv=fp8_pv,
                 issue_warp=issue_warp,
                 edge_fence=edge_fence,
+                half_rows=half_rows,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
