@@ -31,6 +31,8 @@ sweep)
     echo "== bf16 shape $((i+1)): launch, half_rows, launch, half_rows"
     timeout 100 python3 $S $i bf16 "[$B16},$B16$H,$B16},$B16$H]" graph 2>&1
   done
+  echo "== fp8 shape 3: half_rows at other depths (ring + staged: 2 + 4, 2 + 5), launch, half_rows"
+  timeout 120 python3 $S 2 fp8 "[${F8/\"ring\":3,\"raw_slots\":3/\"ring\":2,\"raw_slots\":4}$H,${F8/\"ring\":3,\"raw_slots\":3/\"ring\":2,\"raw_slots\":5}$H,$F8},$F8$H]" graph 2>&1
   } > $OUT/sweep.txt 2>&1
   grep -E "==|us |error" $OUT/sweep.txt | cut -c1-60 ;;
 esac
