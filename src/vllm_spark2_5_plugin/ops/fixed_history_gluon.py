@@ -336,9 +336,8 @@ def _row_ptrs(
     the others none (``_row_halves``)."""
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    real = rows >= 0
     if HALF_ROWS:
-        real = rows % 16 < 8
+        first_half = rows % 16 < 8
         rows = rows // 16 * 8 + rows % 8
     q_idx = q_base + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
@@ -348,9 +347,10 @@ def _row_ptrs(
         + gl.expand_dims(tok * stride_t + head * stride_h, 1)
         + gl.expand_dims(offs_d, 0)
     )
-    mask = gl.expand_dims((q_idx < num_q) & real, 1) & gl.expand_dims(
-        offs_d < HEAD_DIM, 0
-    )
+    row_ok = q_idx < num_q
+    if HALF_ROWS:
+        row_ok = row_ok & first_half
+    mask = gl.expand_dims(row_ok, 1) & gl.expand_dims(offs_d < HEAD_DIM, 0)
     return ptrs, mask
 
 
