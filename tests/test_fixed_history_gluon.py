@@ -446,7 +446,6 @@ def test_half_rows_are_refused_where_they_do_not_apply():
     for options in (
         {"rows": 128},
         {"rows": 128, "split_mma": True},
-        {"overlap": True, "ring": 3},
         {"swap_ab": True, "rows": 32},
         {"warp_specialized": False},
     ):
@@ -1176,6 +1175,16 @@ _KERNELS = {
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "half_rows": True,
+    },
+    # ... with the softmax of each tile beside the previous tile's P V
+    # (overlap; the other partitions at 88 registers: no spills under 3.7).
+    "ws-fp8-scores-overlap-half-rows": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "half_rows": True,
+        "overlap": True,
+        "worker_regs": 88,
     },
     # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
     # transposed into the ring (the launch's fp8_scores pipelines, and

@@ -8,7 +8,8 @@
 # row set is padding and the softmax runs on the first alone (sm_90 code of
 # the launch's fp8 kernel: MUFU.EX2 34 -> 17, 3,640 -> 3,144 instructions,
 # no more shared-memory traffic, barriers or stack).
-# Step "tests": the half_rows kernels against the float64 reference (80).
+# Step "tests": the half_rows kernels against the float64 reference (112,
+# with overlap among them).
 # Step "sweep": half_rows against the launch, alternating, at fp8 shapes
 # 3, 1, 2 and bf16 shapes 3, 1.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
@@ -31,6 +32,9 @@ sweep)
     echo "== bf16 shape $((i+1)): launch, half_rows, launch, half_rows"
     timeout 100 python3 $S $i bf16 "[$B16},$B16$H,$B16},$B16$H]" graph 2>&1
   done
+  echo "== fp8 shape 3: launch, half_rows with overlap (workers at 88 registers), half_rows, half_rows with overlap"
+  O=',"half_rows":true,"overlap":true,"worker_regs":88}'
+  timeout 120 python3 $S 2 fp8 "[$F8},$F8$O,$F8$H,$F8$O]" graph 2>&1
   echo "== fp8 shape 3: half_rows at other depths (ring + staged: 2 + 4, 2 + 5), launch, half_rows"
   timeout 120 python3 $S 2 fp8 "[${F8/\"ring\":3,\"raw_slots\":3/\"ring\":2,\"raw_slots\":4}$H,${F8/\"ring\":3,\"raw_slots\":3/\"ring\":2,\"raw_slots\":5}$H,$F8},$F8$H]" graph 2>&1
   } > $OUT/sweep.txt 2>&1

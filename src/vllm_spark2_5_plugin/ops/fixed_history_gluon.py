@@ -361,20 +361,25 @@ def _softmax_step(
     """One online-softmax update (base 2) with the scores ``s`` of keys
     ``key_start ..`` (those outside ``lo .. hi - 1`` masked): the new row
     maxima and sums, ``acc`` rescaled, and the weights P as the A operand of
-    ``P V``. Every tile holds a valid key. With maxima of half the rows
-    (``HALF_ROWS``): only the first half of ``_row_halves`` is rescaled
-    (the other stays 0)."""
+    ``P V``. Every tile holds a valid key."""
     p_op, m_new, l_i, alpha_o = _softmax_weights(
         s, m_i, l_i, key_start, lo, hi, score_scale, dtype, acc.type.layout
     )
-    HALF: gl.constexpr = m_i.shape[0] * 2 == acc.shape[0]
-    if HALF:
+    return p_op, m_new, l_i, _rescale_rows(acc, alpha_o)
+
+
+@gluon.jit
+def _rescale_rows(acc, alpha):
+    """``acc`` with each row times its ``alpha``; ``alpha`` of half the
+    rows (``HALF_ROWS``): the first half of ``_row_halves`` alone (the
+    other stays as it is, 0)."""
+    if alpha.shape[0] * 2 == acc.shape[0]:
         a, b = _row_halves(acc)
-        alpha_a = gl.convert_layout(alpha_o, gl.SliceLayout(1, a.type.layout))
+        alpha_a = gl.convert_layout(alpha, gl.SliceLayout(1, a.type.layout))
         acc = _join_row_halves(a * gl.expand_dims(alpha_a, 1), b, acc.type.layout)
     else:
-        acc = acc * gl.expand_dims(alpha_o, 1)
-    return p_op, m_new, l_i, acc
+        acc = acc * gl.expand_dims(alpha, 1)
+    return acc
 
 
 @gluon.jit
@@ -1578,7 +1583,7 @@ def _overlapped_tiles(
         # P of tile t - 1 stays in its registers until its MMA is done.
         acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
         mbarrier.arrive(empty.index(prev), count=1)
-        acc = acc * gl.expand_dims(alpha_o, 1)
+        acc = _rescale_rows(acc, alpha_o)
         it += 1
     _take_turn(turn, k, ME, PINGPONG)
     acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
@@ -1710,8 +1715,8 @@ def _ws_mma_partition(
     depth, contiguous, as 8-bit MMAs need). ``EDGE_FENCE`` (TMA, the
     default loop): only the tiles that the loader copied by ``cp.async``
     (``_stage_tile``: those with keys outside the window) are fenced; the
-    others landed through TMA, in the MMAs' own proxy. ``HALF_ROWS`` (the
-    default loop): a tile of twice the rows of ``BLOCK_Q`` queries, which
+    others landed through TMA, in the MMAs' own proxy. ``HALF_ROWS`` (not
+    ``SWAP_AB``): a tile of twice the rows of ``BLOCK_Q`` queries, which
     fill the first half of ``_row_halves`` (the rows ``16 w + 0 .. 7``);
     the softmax runs on that half alone (half the exponentials)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
@@ -2277,10 +2282,10 @@ def fixed_history_attention_wgmma(
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
     ``half_rows`` (warp-specialized, 64 rows, one multiplying partition, not
-    ``overlap``, ``swap_ab`` nor ``fp8_pv``; query heads per KV head that
-    divide 32): a tile of 64 rows holds 32 of queries (``rows // group //
-    2`` of them per pass), in the rows ``16 w + 0 .. 7`` of each warp's 16,
-    and the softmax runs on those alone. ``wait_stats``
+    ``swap_ab`` nor ``fp8_pv``; query heads per KV head that divide 32): a
+    tile of 64 rows holds 32 of queries (``rows // group // 2`` of them per
+    pass), in the rows ``16 w + 0 .. 7`` of each warp's 16, and the softmax
+    runs on those alone. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2334,13 +2339,13 @@ def fixed_history_attention_wgmma(
     if half_rows and not (
         warp_specialized
         and rows == 64
-        and not (overlap or swap_ab or split_mma or fp8_pv)
+        and not (swap_ab or split_mma or fp8_pv)
         and (rows // 2) % group == 0
     ):
         raise ValueError(
-            "half_rows needs warp_specialized=True, rows=64, overlap, swap_ab, "
-            f"split_mma and fp8_pv False and query heads per KV head that divide "
-            f"32 (got rows={rows}, {group} per KV head)"
+            "half_rows needs warp_specialized=True, rows=64, swap_ab, split_mma "
+            f"and fp8_pv False and query heads per KV head that divide 32 (got "
+            f"rows={rows}, {group} per KV head)"
         )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
