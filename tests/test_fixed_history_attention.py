@@ -1142,6 +1142,15 @@ if not _IN_CHILD:
             with pytest.raises(ValueError, match="transposed is for the Triton"):
                 _plan(8, 32, transposed=True, **other)
 
+    def test_half_rows_plans_are_the_gluon_kernels():
+        # Half of a tile's rows hold queries: the Gluon kernel's option, for
+        # tiles of at least 2 queries (each half then holds whole queries).
+        assert _plan(16, 64, gluon=True, half_rows=True).half_rows
+        for other in ({}, {"block_q": 1, "gluon": True}):
+            more = {"block_q": 16, **other}
+            with pytest.raises(ValueError, match="half_rows is for the Gluon"):
+                _plan(more.pop("block_q"), 64, half_rows=True, **more)
+
     @pytest.mark.parametrize("registers", [-1, 8, 23, 256, 1024])
     def test_plan_refuses_register_caps_outside_the_register_file(registers):
         with pytest.raises(ValueError, match="max_registers must be 0"):
@@ -1232,6 +1241,10 @@ if not _IN_CHILD:
             group = shape[4] // shape[5]
             assert plan.num_splits == 1, plan
             assert plan.block_q * group == plan.tile_rows(group) in (64, 128), plan
+            # The 32-row tiles widened to 64 hold queries in half their rows.
+            assert plan.half_rows is (plan.block_q * group == 64), plan
+        else:
+            assert not plan.half_rows, plan
         # An fp8 cache takes float16 MMAs in the Gluon kernel (its loader then
         # converts e4m3 -> float16 only), and at D = 64 in either kernel.
         assert plan.fp8_f16_dot is (kv_fp8 and (gluon or shape[6] <= 64)), plan
@@ -1259,8 +1272,9 @@ if not _IN_CHILD:
         assert gluon_plans > 0
 
     @pytest.mark.parametrize("fp8", [False, True])
+    @pytest.mark.parametrize("half_rows", [False, True])
     @pytest.mark.parametrize("rows", [64, 128])
-    def test_launch_hands_gluon_plans_to_the_gluon_kernel(rows, fp8):
+    def test_launch_hands_gluon_plans_to_the_gluon_kernel(rows, fp8, half_rows):
         # What the launch passes to the Gluon kernel's entry (stood in for
         # here: it needs an sm_90 GPU, where test_cuda_*gluon* run it).
         from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
@@ -1281,7 +1295,7 @@ if not _IN_CHILD:
             calls.append((args, kwargs))
             return args[8]
 
-        plan = _plan(rows // 8, 64, programs_per_sm=1, gluon=True)
+        plan = _plan(rows // 8, 64, programs_per_sm=1, gluon=True, half_rows=half_rows)
         with (
             mock.patch.object(launch, "gluon_supported", lambda device: True),
             mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
@@ -1305,6 +1319,9 @@ if not _IN_CHILD:
             expected.update(narrow_convert=True)
         if rows == 128:
             expected.update(split_mma=True, ring=4)
+        # half_rows: 64-row tiles only (the 128-row kernel has no such option).
+        if half_rows and rows == 64:
+            expected.update(half_rows=True)
         assert kwargs == expected
         # A cache in q's dtype that TMA cannot copy (a page stride off the
         # 16-byte grid): cp.async, the multiplying warps fencing 128-row

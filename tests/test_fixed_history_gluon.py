@@ -599,6 +599,13 @@ def test_launch_copies_by_tma_only_what_tma_can_copy():
     }
     assert "tma" not in _gluon_pipeline(128, kv_fp8=False)
     assert "edge_fence" not in _gluon_pipeline(128, kv_fp8=False)
+    # half_rows where asked for 64-row tiles, never for 128-row ones.
+    assert _gluon_pipeline(64, kv_fp8=False, half_rows=True) == {"half_rows": True}
+    assert _gluon_pipeline(128, kv_fp8=False, half_rows=True) == {
+        "split_mma": True,
+        "ring": 4,
+        "fence_in_mma": True,
+    }
     assert _gluon_pipeline(128, kv_fp8=True, tma=True) == {
         "narrow_convert": True,
         "tma": True,

@@ -73,6 +73,10 @@ class LaunchPlan:
     the tile's query rows as their columns, so that a tile needs 8 rows
     instead of 16 (``tile_rows``; e.g. 8 queries x 1 head without padding
     rows: half the dot products and exponentials).
+    ``half_rows`` (``gluon`` with 64-row tiles): the Gluon kernel's
+    ``half_rows``: a tile carries ``block_q // 2`` queries (32 rows) and the
+    softmax skips its 32 padding rows; for the 32-row tiles that
+    :func:`plan_launch` widens to 64 so that the Gluon kernel runs them.
     """
 
     block_q: int  # queries of one request per tile
@@ -88,6 +92,7 @@ class LaunchPlan:
     fp8_scores: bool = False
     max_registers: int = 0
     transposed: bool = False
+    half_rows: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -149,13 +154,24 @@ class LaunchPlan:
                 f"needs num_splits == 1, got num_splits={self.num_splits}"
             )
 
+        if self.half_rows and not (self.gluon and self.block_q >= 2):
+            raise ValueError(
+                "half_rows is for the Gluon kernel's tiles of 2 or more queries, "
+                f"got gluon={self.gluon}, block_q={self.block_q}"
+            )
+
     def tile_rows(self, group: int) -> int:
         """Rows of a tile (BLOCK_M) for ``group`` query heads per KV head."""
         return _tile_rows(self.block_q, group, 8 if self.transposed else 16)
 
 
 def _gluon_pipeline(
-    rows: int, *, kv_fp8: bool, tma: bool = False, fp8_scores: bool = False
+    rows: int,
+    *,
+    kv_fp8: bool,
+    tma: bool = False,
+    fp8_scores: bool = False,
+    half_rows: bool = False,
 ) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
@@ -181,8 +197,13 @@ def _gluon_pipeline(
     V (``issue_warp``: 3-5% less time at the fp8 shapes 1-3, 2026-12-03).
     With TMA the multiplying warps fence only the tiles copied by
     ``cp.async`` (``edge_fence``: fp8 shapes 1 and 3 2% faster, bf16 and
-    fp8 shape 4 unchanged, 2026-12-03)."""
+    fp8 shape 4 unchanged, 2026-12-03). ``half_rows`` (64-row tiles that
+    hold 32 rows of queries): the softmax on those rows alone (fp8 shapes
+    1-3: 155 -> 149, 595-613 -> 570-596, 181 -> 172 us; bf16 shapes 1 and
+    3 unchanged, 257 and 270 -> 269 us; H200, 2026-12-03)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
+    if half_rows and rows == 64:
+        options.update(half_rows=True)
     if tma:
         options.update(tma=True, edge_fence=True)
         if kv_fp8 and fp8_scores:
@@ -373,7 +394,7 @@ def _plan(
     persistent = 0
     max_registers = 0
     transposed = False
-    gluon = False
+    gluon = half_rows = False
     target = int(3.5 * num_sms)
     window = max_kv_len if sliding_window is None else sliding_window
     est_span = min(max_kv_len, window + avg_q)
@@ -433,6 +454,11 @@ def _plan(
         # where the Gluon kernel then runs them (the widened Triton kernel was
         # measured with fp8 caches only).
         gluon = block_q * group == 64 and group <= 8 and gluon_ok
+        # The Gluon kernel then keeps the tile's 32 rows of queries in half
+        # of each thread's rows and runs the softmax on those alone: 4-5%
+        # faster at fp8 shapes 1 and 3, as fast with bf16 caches (H200,
+        # Triton 3.7.1, 2026-12-03).
+        half_rows = gluon
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
         # 2 resident programs per SM streaming items beat one program per
@@ -517,6 +543,7 @@ def _plan(
         fp8_scores=scores_ok and gluon and splits == 1 and fp8_f16_dot,
         max_registers=max_registers,
         transposed=transposed,
+        half_rows=half_rows and gluon and splits == 1,
     )
 
 
@@ -593,6 +620,7 @@ def _announce(
     *,
     tma: bool = False,
     fp8_scores: bool = False,
+    half_rows: bool = False,
     splits: int = 1,
 ) -> None:
     """Log once per process and kind of launch which kernel runs it (at INFO,
@@ -601,7 +629,9 @@ def _announce(
     pipeline that are on (``_gluon_pipeline``), the Triton kernel's its
     key splits. Cached by its arguments: a launch pays a lookup."""
     if kernel == "Gluon":
-        pipeline = _gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=fp8_scores)
+        pipeline = _gluon_pipeline(
+            rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=fp8_scores, half_rows=half_rows
+        )
         options = sorted(k for k, v in pipeline.items() if v is True)
     else:
         options = [f"{splits} key splits"]
@@ -624,7 +654,8 @@ def gluon_options(
     (already known for a plan of :func:`plan_launch`, ``own_plan``). The
     pipeline is ``_gluon_pipeline``'s for the tile and the caches; with
     ``plan.fp8_scores`` and an fp8 cache that TMA copies, ``fp8_scores``
-    (q rounded to e4m3 row by row)."""
+    (q rounded to e4m3 row by row); with ``plan.half_rows`` and 64-row
+    tiles, ``half_rows`` (``block_q // 2`` queries per tile)."""
     k_cache, v_cache, scales = kv.k_cache, kv.v_cache, kv.scales
     num_heads, head_dim = q.shape[1], q.shape[2]
     rows = plan.block_q * (num_heads // k_cache.shape[2])
@@ -641,7 +672,13 @@ def gluon_options(
         warp_specialized=True,
         f16_dots=plan.fp8_f16_dot,
         rows=rows,
-        **_gluon_pipeline(rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=plan.fp8_scores),
+        **_gluon_pipeline(
+            rows,
+            kv_fp8=kv_fp8,
+            tma=tma,
+            fp8_scores=plan.fp8_scores,
+            half_rows=plan.half_rows,
+        ),
     )
 
 
@@ -695,6 +732,7 @@ def launch_kernel(
             scales is not None,
             tma=options.get("tma", False),
             fp8_scores=plan.fp8_scores,
+            half_rows=options.get("half_rows", False),
         )
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
