@@ -1519,8 +1519,9 @@ if not _IN_CHILD:
         )
         kv = PagedKV(k, v, bt, ctx, qsl, (torch.tensor(0.5), torch.tensor(2.0)))
         plan = _plan(
-            8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True, fp8_scores=True
-        )
+            8, 64, programs_per_sm=1, gluon=True, fp8_f16_dot=True, fp8_scores=True,
+            half_rows=True,
+        )  # fmt: skip
         split = _plan(4, 64, num_splits=2)  # the Triton kernel's
         launch._announce.cache_clear()
         with (
@@ -1538,7 +1539,7 @@ if not _IN_CHILD:
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
-            "(edge_fence, fp8_scores, issue_warp, narrow_convert, tma)",
+            "(edge_fence, fp8_scores, half_rows, issue_warp, narrow_convert, tma)",
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines
