@@ -16,4 +16,21 @@ bench)
     fp8_scores_through_the_launch or graph_replay or fp8_cache_matches" \
     > $OUT/tests-api.log 2>&1
   echo "api rc $?"; tail -n 3 $OUT/tests-api.log | cut -c1-400 ;;
+ncu)  # where the two shapes still above the fp8 goal spend their time:
+  # shape 5's Triton launch plan (transposed one-warp tiles) and shape 4's
+  # Gluon pipeline (128 rows, two multiplying partitions), one launch each
+  # under Nsight Compute, clocks left alone
+  secs="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats"
+  timeout 200 ncu --clock-control none -k regex:fixed_history_kernel --launch-skip 3 \
+    --launch-count 1 $secs python3 benchmarks/results/h200-2026-12-03h/plan_sweep.py \
+    4 fp8 '[{}]' > $OUT/ncu-fp8-shape5.txt 2>&1
+  echo "ncu shape 5 rc $?"
+  G='{"warp_specialized":true,"f16_dots":true,"rows":128,"narrow_convert":true,"tma":true,"edge_fence":true,"fp8_scores":true,"split_mma":true,"ring":4}'
+  timeout 200 ncu --clock-control none -k regex:fixed_history_ws_kernel --launch-skip 3 \
+    --launch-count 1 $secs python3 benchmarks/results/h200-2026-12-01j/sweep.py \
+    3 fp8 "[$G]" > $OUT/ncu-fp8-shape4.txt 2>&1
+  echo "ncu shape 4 rc $?"
+  for f in $OUT/ncu-fp8-shape5.txt $OUT/ncu-fp8-shape4.txt; do
+    grep -E "Duration|Throughput|Busy|Stall|Issued|Eligible|Registers|Achieved Occ|Theoretical Occ|Block Limit" $f | head -40
+  done ;;
 esac
