@@ -153,7 +153,6 @@ class LaunchPlan:
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
                 f"needs num_splits == 1, got num_splits={self.num_splits}"
             )
-
         if self.half_rows and not (self.gluon and self.block_q >= 2):
             raise ValueError(
                 "half_rows is for the Gluon kernel's tiles of 2 or more queries, "
