@@ -33,4 +33,20 @@ ncu)  # where the two shapes still above the fp8 goal spend their time:
   for f in $OUT/ncu-fp8-shape5.txt $OUT/ncu-fp8-shape4.txt; do
     grep -E "Duration|Throughput|Busy|Stall|Issued|Eligible|Registers|Achieved Occ|Theoretical Occ|Block Limit" $f | head -40
   done ;;
+stalls)  # run inline on the lease (recorded here): shape 5's stall samples
+  export PYTHONPATH=/tmp/t371:src
+  m=smsp__pcsamp_warps_issue_stalled
+  timeout 200 ncu --clock-control none -k regex:fixed_history_kernel --launch-skip 3 \
+    --launch-count 1 --section WarpStateStats --section SourceCounters --metrics \
+    ${m}_long_scoreboard,${m}_short_scoreboard,${m}_mio_throttle,${m}_lg_throttle,${m}_wait,${m}_math_pipe_throttle,${m}_barrier,${m}_not_selected,${m}_selected,${m}_dispatch_stall,${m}_tex_throttle,${m}_no_instructions \
+    python3 benchmarks/results/h200-2026-12-03h/plan_sweep.py 4 fp8 '[{}]' \
+    > $OUT/ncu-fp8-shape5-stalls.txt 2>&1 ;;
+source)  # shape 5's launch plan: per-instruction counters (which shared
+  # accesses the 49% excessive wavefronts of the stall run come from)
+  export PYTHONPATH=/tmp/t371:src
+  timeout 200 ncu --clock-control none -k regex:fixed_history_kernel --launch-skip 3 \
+    --launch-count 1 --section SourceCounters --page source --csv --print-source sass \
+    python3 benchmarks/results/h200-2026-12-03h/plan_sweep.py 4 fp8 '[{}]' \
+    > $OUT/ncu-fp8-shape5-source.csv 2>&1
+  echo "source rc $?"; wc -l $OUT/ncu-fp8-shape5-source.csv; head -c 1500 $OUT/ncu-fp8-shape5-source.csv ;;
 esac
