@@ -2,6 +2,7 @@
 # (the Gluon kernel's 64-row tiles widened from 32 rows keep their queries
 # in half of each thread's rows; lease i's sweep: fp8 shapes 1-3 4-5%
 # faster, bf16 unchanged). Bare H200, Triton 3.7.1 in /tmp/t371.
+# Steps ncu, stalls (run), source and read (not yet run): see each step.
 # Step "bench": the five shapes, kernel only, fp8 and bf16, then the public
 # API's GPU tests of the Gluon launches (fp8 and 16-bit caches, fp8 scores,
 # CUDA-graph replays).
@@ -49,4 +50,12 @@ source)  # shape 5's launch plan: per-instruction counters (which shared
     python3 benchmarks/results/h200-2026-12-03h/plan_sweep.py 4 fp8 '[{}]' \
     > $OUT/ncu-fp8-shape5-source.csv 2>&1
   echo "source rc $?"; wc -l $OUT/ncu-fp8-shape5-source.csv; head -c 1500 $OUT/ncu-fp8-shape5-source.csv ;;
+read)  # shape 5's K/V reads alone: K and V as two 64-byte halves of each
+  # key's line (as the kernel loads them) or one 128-byte load; bf16 (128
+  # bytes each) for comparison; the launch plan's time is ~373 us (fp8)
+  export PYTHONPATH=/tmp/t371:src
+  P=benchmarks/results/h200-2026-12-03j/read_probe.py
+  V='[{"joined":false},{"joined":true},{"joined":false,"num_warps":4},{"joined":true,"num_warps":4},{"joined":false,"block_n":64,"num_stages":2},{"joined":true,"block_n":64,"num_stages":2},{"joined":false}]'
+  { timeout 150 python3 $P 4 fp8 "$V"; timeout 150 python3 $P 4 bf16 "$V"; } > $OUT/read.txt 2>&1
+  cat $OUT/read.txt | cut -c1-120 ;;
 esac
