@@ -1171,25 +1171,25 @@ _KERNELS = {
     # 32 rows of queries in each 64-row tile, the softmax on them alone
     # (half_rows): cp.async and TMA copies, and the launch's fp8 scores
     # pipeline.
-    "ws-half-rows": {"warp_specialized": True, "half_rows": True},
+    "ws-half-rows": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=False, half_rows=True),
+    },
     "ws-tma-half-rows": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=False, tma=True),
-        "half_rows": True,
+        **_gluon_pipeline(64, kv_fp8=False, tma=True, half_rows=True),
     },
     "ws-fp8-scores-issue-warp-half-rows": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
         "f16_dots": True,
-        "half_rows": True,
     },
     # ... with the softmax of each tile beside the previous tile's P V
     # (overlap; the other partitions at 88 registers: no spills under 3.7).
     "ws-fp8-scores-overlap-half-rows": {
         "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
         "f16_dots": True,
-        "half_rows": True,
         "overlap": True,
         "worker_regs": 88,
     },
