@@ -60,6 +60,38 @@ def test_fp8_f16_dot_converts_once_in_registers(name, q_dtype):
     assert code.instructions["F2F.BF16.F16"] == 0, (plan, code.instructions)
     # Every K/V element still goes through the hardware e4m3 -> fp16 unpack.
     assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, (plan, code.instructions)
+    # No register-held dot operand takes 8 values per thread (see the test
+    # below), with mma.sync (tiles under 64 rows) or warpgroup MMAs.
+    assert code.dot_operand_k_widths[8] == 0, (plan, code.dot_operand_k_widths)
+
+
+@pytest.mark.parametrize(
+    "name,changes",
+    [
+        ("head-dim-64", {}),  # transposed one-warp tiles (the policy's plan)
+        ("head-dim-64", {"transposed": False}),
+        ("head-dim-32", {}),
+        ("head-dim-256", {"fp8_f16_dot": True}),
+    ],
+)
+def test_fp8_f16_dots_on_mma_sync_take_v_two_values_per_thread(name, changes):
+    """Tiles under 64 rows run on ``mma.sync``, whose operands Triton holds
+    in registers. Traced back to its fp8 load, V's float16 tile made Triton
+    give the ``P V`` dot's operands 8 values per thread along the keys
+    (``kWidth = 8``), which ``ldmatrix`` read with 4-way bank conflicts (H200,
+    Nsight Compute). The kernel copies the converted tile through inline PTX
+    (``V_ASM_COPY``), so the dot takes the usual 2. Where inline PTX cannot
+    run (interpreter, ROCm), the kernel goes without the copy and its
+    ``kWidth = 8`` shows that the copy is what changes it."""
+    shape = SHAPES.get(name) or OTHER_SHAPES[name]
+    plan, code = compile_shape(shape, "bfloat16", "float8_e4m3fn", **changes)
+    assert plan.fp8_f16_dot and plan.tile_rows(shape[4] // shape[5]) < 64, plan
+    widths = code.dot_operand_k_widths
+    assert widths[8] == 0 and widths[2] > 0, (plan, widths)
+    _, plain = compile_shape(
+        shape, "bfloat16", "float8_e4m3fn", inline_ptx=False, **changes
+    )
+    assert plain.dot_operand_k_widths[8] > 0, (plan, plain.dot_operand_k_widths)
 
 
 @pytest.mark.parametrize("name", [*SHAPES, *OTHER_SHAPES])

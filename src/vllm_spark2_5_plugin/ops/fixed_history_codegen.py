@@ -66,6 +66,11 @@ class Codegen:
     barrier_threads: collections.Counter[int] = dataclasses.field(
         default_factory=collections.Counter
     )
+    # Register-held dot operands (mma.sync's A and B) by their elements per
+    # thread along the reduction axis (Triton's kWidth), from the TTGIR.
+    dot_operand_k_widths: collections.Counter[int] = dataclasses.field(
+        default_factory=collections.Counter
+    )
 
     def count(self, opcode: str) -> int:
         """Instructions whose opcode is ``opcode`` or starts with ``opcode.``
@@ -105,12 +110,14 @@ def compile_for_nvidia(
     window: int | None,
     page_size: int = 16,
     arch: int = 90,
+    inline_ptx: bool = True,
 ) -> Codegen:
     """Compile the kernel for ``sm_{arch}`` as ``launch_kernel`` would launch
     it with ``plan``; fp8 scales are device tensors, as vLLM passes them.
 
     ``q_dtype``: "float16" or "bfloat16"; ``kv_dtype``: the same, or
-    "float8_e4m3fn".
+    "float8_e4m3fn". ``inline_ptx=False``: as the launch compiles it where
+    inline PTX cannot run (the interpreter, ROCm).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -148,6 +155,7 @@ def compile_for_nvidia(
         kv_fp8=kv_fp8,
         k_scale_in_memory=kv_fp8,
         v_scale_in_memory=kv_fp8,
+        inline_ptx=inline_ptx,
     )
     # Triton turns an integer argument equal to 1 into a constant.
     constants.update({name: 1 for name in _UNIT_STRIDES})
@@ -166,7 +174,12 @@ def compile_for_nvidia(
         target=GPUTarget("cuda", arch, 32),
         options=compile_options(plan),
     )
-    return _inspect(compiled.asm["cubin"], compiled.metadata.shared)
+    code = _inspect(compiled.asm["cubin"], compiled.metadata.shared)
+    # "#ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>" in value types.
+    widths = re.findall(r"dot_op<\{[^}]*kWidth = (\d+)", compiled.asm["ttgir"])
+    return dataclasses.replace(
+        code, dot_operand_k_widths=collections.Counter(int(w) for w in widths)
+    )
 
 
 def compile_uniform_batch(
@@ -177,11 +190,13 @@ def compile_uniform_batch(
     num_sms: int = 132,
     page_size: int = 16,
     arch: int = 90,
+    inline_ptx: bool = True,
     **plan_changes: Any,
 ) -> tuple[LaunchPlan, Codegen]:
     """The plan the launch heuristic picks on a GPU with ``num_sms`` SMs (an
     H200 by default) for ``shape = (R, L, B, W, nH, nKV, D)``, with the
-    :class:`LaunchPlan` fields in ``plan_changes`` changed, and its code."""
+    :class:`LaunchPlan` fields in ``plan_changes`` changed, and its code
+    (``inline_ptx``: see :func:`compile_for_nvidia`)."""
     import torch
 
     plan = uniform_batch_plan(
@@ -204,6 +219,7 @@ def compile_uniform_batch(
         window=window,
         page_size=page_size,
         arch=arch,
+        inline_ptx=inline_ptx,
     )
     return plan, code
 

@@ -21,6 +21,8 @@ tensor cores, chosen by the launch plan (``FP8_F16_DOT``):
 
 In both ``sum p * (v8 * v_scale) == v_scale * sum p * v8``. Which one is
 faster depends on the shape (``benchmarks/fixed_history_attention_h200.md``).
+On the float16 path the converted V tile goes through an inline-PTX copy
+(``V_ASM_COPY``, see :func:`_asm_copy_f16`).
 
 A third way, opt-in (``FP8_E4M3_DOT``), runs both dots on fp8 tensor cores
 and so changes the numerics: each row of q is scaled to e4m3's range
@@ -148,6 +150,24 @@ def _fp8_rows_to_f16(tile, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
+def _asm_copy_f16(tile):
+    """``tile`` (float16) unchanged, copied by inline PTX that Triton does not
+    look into.
+
+    Triton lays out a dot operand for the narrowest type it can trace the
+    operand back to through conversions. Traced to V's fp8 load, the float16
+    V tile of the ``P V`` dot got 8 elements per thread along the key axis
+    (``kWidth = 8``), and ``ldmatrix`` then read it (and ``P``) with 4-way
+    shared-memory bank conflicts: 16 wavefronts per instruction instead of 4
+    (Nsight Compute, H200). Behind this copy the dot sees float16 and takes
+    the usual 2 elements per thread; the moves cost nothing after ``ptxas``.
+    """
+    return tl.inline_asm_elementwise(
+        "mov.b32 $0, $1;", "=r,r", [tile], dtype=tl.float16, is_pure=False, pack=2
+    )
+
+
+@triton.jit
 def _token_head_ptrs(base, tok, head, offs_d, stride_t, stride_h, stride_d):
     """Pointers to ``base[tok, head, :]`` of a [T, nH, D] tensor, one row per
     (tok, head) pair."""
@@ -249,6 +269,7 @@ def fixed_history_kernel(
     K_SCALE_IN_MEMORY: tl.constexpr,  # k_scale is a pointer
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
     TRANSPOSED: tl.constexpr,  # S^T = K Q^T, O^T += V^T P^T
+    V_ASM_COPY: tl.constexpr,  # FP8_F16_DOT: V's float16 tile via _asm_copy_f16
 ):
     if KV_FP8:
         # Dequantize outside the dot products (see the module docstring).
@@ -337,6 +358,8 @@ def fixed_history_kernel(
                 if KV_FP8 and FP8_F16_DOT:
                     k_tile = k_tile.to(tl.float16)
                     v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
+                    if V_ASM_COPY:
+                        v_tile = _asm_copy_f16(v_tile)
                 elif KV_FP8 and not FP8_E4M3_DOT:
                     k_tile = _fp8_to(k_tile, q_tile.dtype)
                     v_tile = _fp8_to(v_tile, q_tile.dtype)

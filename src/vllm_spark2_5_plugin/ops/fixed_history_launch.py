@@ -587,7 +587,9 @@ def kernel_constants(
     inline_ptx: bool = True,
 ) -> dict[str, int | bool]:
     """The compile-time arguments of :func:`fixed_history_kernel` for ``plan``
-    (also used to compile it ahead of time, ``ops.fixed_history_codegen``)."""
+    (also used to compile it ahead of time, ``ops.fixed_history_codegen``).
+    ``inline_ptx``: whether the kernel may use inline PTX (an NVIDIA GPU, not
+    the interpreter)."""
     group = num_heads // num_kv_heads
     return dict(
         NUM_Q_HEADS=num_heads,
@@ -608,6 +610,11 @@ def kernel_constants(
         K_SCALE_IN_MEMORY=k_scale_in_memory,
         V_SCALE_IN_MEMORY=v_scale_in_memory,
         TRANSPOSED=plan.transposed,
+        # Tiles of 64 rows and more run on warpgroup MMAs, which read V from
+        # shared memory as it is; the copy is for mma.sync's register operands.
+        V_ASM_COPY=(
+            kv_fp8 and plan.fp8_f16_dot and inline_ptx and plan.tile_rows(group) < 64
+        ),
     )
 
 
@@ -795,8 +802,8 @@ def launch_kernel(
             kv_fp8=scales is not None,
             k_scale_in_memory=isinstance(k_scale, torch.Tensor),
             v_scale_in_memory=isinstance(v_scale, torch.Tensor),
-            # The interpreter cannot run inline PTX.
-            inline_ptx=not interpreting(),
+            # Neither the interpreter nor a ROCm GPU runs inline PTX.
+            inline_ptx=not interpreting() and torch.version.hip is None,
         ),
         **compile_options(plan),
     )
