@@ -1630,8 +1630,9 @@ if not _IN_CHILD:
         # fp8 caches (the 2026-12-01 sweeps): the bf16 plans but for the dot
         # path, except 64-row tiles (16 query slots for 8 queries) at the
         # three 32-row D = 128 shapes, and at the D = 64 shape both dots
-        # transposed (8-row tiles), registers capped at 128 (the 2026-12-03
-        # sweep).
+        # transposed (8-row tiles) with no register cap (the 2026-12-03
+        # sweeps: capped at 128 before V's float16 tile went through the
+        # kernel's asm copy).
         wide_d128 = _plan(16, 64, num_stages=3, asm_page_load=True, programs_per_sm=2)
         fp8_plans = {
             **{shape: wide_d128 for shape in list(plans)[:3]},
@@ -1639,7 +1640,7 @@ if not _IN_CHILD:
             (128, 8192, 8, 4096, 16, 16, 64): dataclasses.replace(
                 plans[(128, 8192, 8, 4096, 16, 16, 64)],
                 fp8_f16_dot=True,
-                max_registers=128,
+                max_registers=0,
                 transposed=True,
             ),
         }

@@ -150,19 +150,27 @@ def test_fp8_e4m3_dots_run_on_fp8_tensor_cores(name):
     assert converting.count("F2FP.F16.E4M3") > 0
 
 
-def test_fp8_head_dim_64_plan_caps_its_registers():
-    """The one-warp fp8 plan at D = 64 (the benchmark's shape 5) is bound by
-    latency: the policy caps its registers so that more programs fit on an
-    SM. The cap must reach the compiler (launch and ``triton.compile`` share
-    ``compile_options``) and must bind: uncapped, the plan takes more."""
-    plan, code = compile_shape(SHAPES["head-dim-64"], "bfloat16", "float8_e4m3fn")
-    assert plan.num_warps == 1 and plan.max_registers > 0, plan
+def test_fp8_head_dim_64_plans_and_their_register_caps():
+    """The one-warp fp8 plans at D = 64 are bound by latency. With 16-row
+    tiles (8 queries x 2 query heads per KV head) the policy caps their
+    registers so that more programs fit on an SM; the cap must reach the
+    compiler (launch and ``triton.compile`` share ``compile_options``) and
+    must bind: uncapped, the plan takes more. The transposed 8-row tiles of
+    the benchmark's shape 5 run uncapped since V's asm copy (faster on the
+    H200 than at 120 or 128 registers) and spill nothing."""
+    sixteen_rows = (128, 8192, 8, 4096, 32, 16, 64)
+    plan, code = compile_shape(sixteen_rows, "bfloat16", "float8_e4m3fn")
+    assert plan.num_warps == 1 and not plan.transposed, plan
+    assert plan.max_registers > 0, plan
     assert 0 < code.registers <= plan.max_registers, (plan, code.registers)
     assert code.instructions["F2FP.F16.E4M3.UNPACK_B"] > 0, code.instructions
     _, uncapped = compile_shape(
-        SHAPES["head-dim-64"], "bfloat16", "float8_e4m3fn", max_registers=0
+        sixteen_rows, "bfloat16", "float8_e4m3fn", max_registers=0
     )
     assert uncapped.registers > plan.max_registers, uncapped.registers
+    eight_rows, code = compile_shape(SHAPES["head-dim-64"], "bfloat16", "float8_e4m3fn")
+    assert eight_rows.transposed and eight_rows.max_registers == 0, eight_rows
+    assert 0 < code.registers <= 255 and code.stack_bytes == 0, code
     # A bf16 cache keeps the compiler's choice (capping it was slower), and
     # so does D = 32 (its one-warp plans need fewer registers; capped at
     # 168, ptxas gives some more than uncapped).

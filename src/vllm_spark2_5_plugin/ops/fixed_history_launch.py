@@ -482,14 +482,16 @@ def _plan(
             max_registers = 168
             # Up to 8 rows (8 queries x 1 head, say): both dots transposed,
             # the keys as their rows, so that the tile carries no padding
-            # rows, at most 128 registers (16 programs per SM) and one split:
-            # 440-445 -> 372 us at the benchmark's fp8 shape 5 (transposed
-            # with the 168-register cap and two splits: 411-412; with one
-            # split: 397; caps of 96-136 with one split: 380-486; H200,
-            # Triton 3.7.1, 2026-12-03). With a bf16 cache the transposed
-            # plan was 24% slower (495 -> 612-614 us).
+            # rows, and one split: 440-445 -> 372 us at the benchmark's fp8
+            # shape 5 with at most 128 registers (transposed with the
+            # 168-register cap and two splits: 411-412; with one split: 397;
+            # H200, Triton 3.7.1, 2026-12-03). With a bf16 cache the
+            # transposed plan was 24% slower (495 -> 612-614 us). Since V's
+            # float16 tile goes through the kernel's asm copy (V_ASM_COPY),
+            # no cap: 327-328 us against 337-338 at 128 registers and 329
+            # at 120 (same process; 2 splits 367, 2 or 4 stages 357-371).
             if block_q * group <= 8:
-                transposed, max_registers = True, 128
+                transposed, max_registers = True, 0
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = (
             (128, 4, 3, True) if kv_fp8 else (64, 4, 4, True)
