@@ -6,7 +6,9 @@
 # since Triton traces V's float16 back to its fp8 load. SPARK_OPAQUE=1 puts
 # an opaque identity on the float16 V tile (kWidth 2), 0 leaves it out
 # (steps time, ncu, tests, five: the experiment's switch, since replaced by
-# the kernel constant V_ASM_COPY). Steps copy and retune: the landed form.
+# the kernel constant V_ASM_COPY). Steps copy and retune: the landed form;
+# source4 and ncu3: where fp8 shapes 4 and 3 wait; final: the landed launch.
+# All steps ran (one call each, in the order of the benchmark notes).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-03h/plan_sweep.py
 case $1 in
@@ -60,6 +62,20 @@ source4)  # fp8 shape 4's Gluon launch: per-instruction shared-memory
     python3 benchmarks/results/h200-2026-12-03k/launch_probe.py 3 fp8 \
     > $OUT/ncu-fp8-shape4-source.csv 2>&1
   echo "source4 rc $?"; wc -l $OUT/ncu-fp8-shape4-source.csv ;;
+ncu3)  # fp8 shape 3 (the Gluon kernel's widened 64-row tiles, 1.32-1.37x
+  # the floor on three machines): where its time goes, one launch
+  secs="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats"
+  timeout 200 ncu --clock-control none -k regex:fixed_history_ws --launch-skip 2 \
+    --launch-count 1 $secs python3 benchmarks/results/h200-2026-12-03k/launch_probe.py \
+    2 fp8 > $OUT/ncu-fp8-shape3.txt 2>&1
+  echo "ncu3 rc $?"
+  grep -E "Duration|Throughput|Busy|Eligible|Issued|Registers|Achieved Occ|Block Limit|Cycles Per" \
+    $OUT/ncu-fp8-shape3.txt | head -40
+  timeout 200 ncu --clock-control none -k regex:fixed_history_ws --launch-skip 2 \
+    --launch-count 1 --section SourceCounters --page source --csv --print-source sass \
+    python3 benchmarks/results/h200-2026-12-03k/launch_probe.py 2 fp8 \
+    > $OUT/ncu-fp8-shape3-source.csv 2>&1
+  echo "source3 rc $?" ;;
 final)  # the landed launch (V_ASM_COPY; shape 5 transposed without a
   # register cap): the Triton kernel's fp8 GPU tests, then the five fp8 shapes
   timeout 280 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
