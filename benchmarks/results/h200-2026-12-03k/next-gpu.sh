@@ -76,6 +76,18 @@ ncu3)  # fp8 shape 3 (the Gluon kernel's widened 64-row tiles, 1.32-1.37x
     python3 benchmarks/results/h200-2026-12-03k/launch_probe.py 2 fp8 \
     > $OUT/ncu-fp8-shape3-source.csv 2>&1
   echo "source3 rc $?" ;;
+carry)  # EXPERIMENT carry_v (the issuing warp's V copies carried across
+  # items; carry_v.patch, not landed: not faster) against the launch's
+  # 64-row fp8 pipeline, alternating; shapes 3, 1
+  G='"warp_specialized":true,"f16_dots":true,"rows":64,"narrow_convert":true,"half_rows":true,"tma":true,"edge_fence":true,"fp8_scores":true,"ring":3,"raw_slots":3,"issue_warp":true'
+  V="[{$G},{$G,\"carry_v\":true},{$G},{$G,\"carry_v\":true},{$G},{$G,\"carry_v\":true}]"
+  for i in 2 0; do
+    timeout 120 python3 benchmarks/results/h200-2026-12-01j/sweep.py $i fp8 "$V" graph 2>&1 \
+      | sed "s/^/shape index $i: /" | cut -c1-90
+  done | tee $OUT/carry.txt
+  timeout 200 python3 -m pytest -q -x -rf -p no:cacheprovider -m cuda \
+    tests/test_fixed_history_gluon.py -k carry > $OUT/tests-carry.log 2>&1
+  echo "tests rc $?"; tail -n 3 $OUT/tests-carry.log | cut -c1-400 ;;
 final)  # the landed launch (V_ASM_COPY; shape 5 transposed without a
   # register cap): the Triton kernel's fp8 GPU tests, then the five fp8 shapes
   timeout 280 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
