@@ -8,7 +8,8 @@
 # (steps time, ncu, tests, five: the experiment's switch, since replaced by
 # the kernel constant V_ASM_COPY). Steps copy and retune: the landed form;
 # source4 and ncu3: where fp8 shapes 4 and 3 wait; final: the landed launch.
-# All steps ran (one call each, in the order of the benchmark notes).
+# All steps but f16dots ran (one call each, in the order of the benchmark
+# notes).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-03h/plan_sweep.py
 case $1 in
@@ -88,6 +89,14 @@ carry)  # EXPERIMENT carry_v (the issuing warp's V copies carried across
   timeout 200 python3 -m pytest -q -x -rf -p no:cacheprovider -m cuda \
     tests/test_fixed_history_gluon.py -k carry > $OUT/tests-carry.log 2>&1
   echo "tests rc $?"; tail -n 3 $OUT/tests-carry.log | cut -c1-400 ;;
+f16dots)  # NOT YET RUN (next lease): with V's copy, float16 dots against
+  # tiles in q's dtype on mma.sync plans the policy gives the latter:
+  # D = 256 (32-row tiles) and D = 128 with 16-row tiles
+  C=benchmarks/results/h200-2026-12-03k/copy_probe.py
+  V='[{}, {"fp8_f16_dot": true}, {}, {"fp8_f16_dot": true}]'
+  for s in '[64,8192,8,4096,32,8,256]' '[128,8192,8,4096,16,8,128]'; do
+    timeout 150 python3 $C "$s" fp8 "$V" 2>&1
+  done | tee $OUT/f16dots.txt ;;
 final)  # the landed launch (V_ASM_COPY; shape 5 transposed without a
   # register cap): the Triton kernel's fp8 GPU tests, then the five fp8 shapes
   timeout 280 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
