@@ -479,7 +479,6 @@ def _plan(
         # plan needs 128-148 registers, and capped at 168 ptxas gave one
         # plan 143 instead of 128 (fewer warps per SM; not measured).
         if kv_fp8 and head_dim == 64:
-            max_registers = 168
             # Up to 8 rows (8 queries x 1 head, say): both dots transposed,
             # the keys as their rows, so that the tile carries no padding
             # rows, and one split: 440-445 -> 372 us at the benchmark's fp8
@@ -491,7 +490,9 @@ def _plan(
             # no cap: 327-328 us against 337-338 at 128 registers and 329
             # at 120 (same process; 2 splits 367, 2 or 4 stages 357-371).
             if block_q * group <= 8:
-                transposed, max_registers = True, 0
+                transposed = True
+            else:
+                max_registers = 168
     elif block_m <= 32:
         block_n, num_warps, num_stages, asm = (
             (128, 4, 3, True) if kv_fp8 else (64, 4, 4, True)
