@@ -1246,8 +1246,12 @@ if not _IN_CHILD:
         else:
             assert not plan.half_rows, plan
         # An fp8 cache takes float16 MMAs in the Gluon kernel (its loader then
-        # converts e4m3 -> float16 only), and at D = 64 in either kernel.
-        assert plan.fp8_f16_dot is (kv_fp8 and (gluon or shape[6] <= 64)), plan
+        # converts e4m3 -> float16 only), and at D = 64 or with tiles of
+        # fewer than 64 rows (mma.sync) in either kernel.
+        mma_sync = plan.tile_rows(shape[4] // shape[5]) < 64
+        assert plan.fp8_f16_dot is (kv_fp8 and (gluon or shape[6] <= 64 or mma_sync)), (
+            plan
+        )
         # Never where it cannot run; there the plans are the Triton kernel's
         # (pinned in test_plan_for_the_h200_benchmark_shapes).
         assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
@@ -1502,7 +1506,9 @@ if not _IN_CHILD:
         assert no_tma == expected
         expected.update(tma=True, edge_fence=True, fp8_scores=True)
         if rows == 64:
-            expected.update(ring=3, raw_slots=3, issue_warp=True)
+            # ... and the tiles with keys outside the window copied by TMA
+            # too (their V keys there zeroed by the converting warps).
+            expected.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
         assert tma == expected
 
     def test_launch_logs_once_which_kernel_runs(caplog):
@@ -1539,7 +1545,8 @@ if not _IN_CHILD:
         lines = [r.getMessage() for r in caplog.records]
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
-            "(edge_fence, fp8_scores, half_rows, issue_warp, narrow_convert, tma)",
+            "(edge_fence, edge_tma, fp8_scores, half_rows, issue_warp, "
+            "narrow_convert, tma)",
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines
@@ -1573,12 +1580,13 @@ if not _IN_CHILD:
         assert _plan_for(shape, torch.device("cpu")).programs_per_sm == 0
 
     @pytest.mark.parametrize(
-        "head_dim,f16_dot", [(32, True), (64, True), (128, False), (256, False)]
+        "head_dim,f16_dot", [(32, True), (64, True), (128, False), (256, True)]
     )
     def test_plan_fp8_dot_path_by_head_dim(head_dim, f16_dot):
         # Measured on the H200 (benchmarks/fixed_history_attention_h200.md):
-        # float16 dots won at D = 64 and lost at D = 128; bf16 caches never
-        # take that path.
+        # float16 dots won at D = 64 and on mma.sync tiles (fewer than 64
+        # rows: D = 256 here, 8 queries x 4 heads) and lost on D = 128's
+        # widened 64-row tiles; bf16 caches never take that path.
         shape = (64, 8192, 8, 4096, 32, 8, head_dim)
         device = torch.device("cuda", 0)
         fp8 = _plan_for(shape, device, kv_fp8=True)
@@ -1587,7 +1595,8 @@ if not _IN_CHILD:
         assert not bf16.fp8_f16_dot
         # Below D = 128 fp8 tiles take twice the keys (the same bytes) with one
         # stage less; at D = 128 the 32-row tiles are widened to 64 rows
-        # (test_plan_for_the_h200_benchmark_shapes); D = 256 is the bf16 plan.
+        # (test_plan_for_the_h200_benchmark_shapes); D = 256 is the bf16 plan
+        # with float16 dots.
         if head_dim < 128:
             assert fp8 == dataclasses.replace(
                 bf16,
@@ -1598,7 +1607,7 @@ if not _IN_CHILD:
         elif head_dim == 128:
             assert fp8.tile_rows(4) == 2 * bf16.tile_rows(4) == 64, fp8
         else:
-            assert fp8 == bf16
+            assert fp8 == dataclasses.replace(bf16, fp8_f16_dot=True)
 
     @pytest.mark.parametrize("rows", [16, 64, 128])
     def test_plan_widens_fp8_tiles_of_32_rows_only(rows):

@@ -72,6 +72,7 @@ def _compile(
     issue_warp=False,
     edge_fence=False,
     half_rows=False,
+    edge_tma=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -142,6 +143,7 @@ def _compile(
                 issue_warp=issue_warp,
                 edge_fence=edge_fence,
                 half_rows=half_rows,
+                edge_tma=edge_tma,
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -456,6 +458,35 @@ def test_half_rows_are_refused_where_they_do_not_apply():
         )
 
 
+@pytest.mark.parametrize("rows", [64, 128])
+def test_edge_tma_copies_every_tile_by_tma(rows):
+    # edge_tma: the tiles with keys outside the window are copied by TMA
+    # like the others (no cp.async left in the loaders), as many TMA copy
+    # instructions as without it (one code path for every tile), within the
+    # launch's registers and without spills under Triton 3.7.
+    without, with_, cap = _without_and_with("edge_tma", rows, edge_tma=False)
+    assert with_.count("LDGSTS") == 0 < without.count("LDGSTS")
+    assert with_.count("UTMALDG") == without.count("UTMALDG") > 0
+    assert with_.registers <= cap
+    assert _no_spills(with_), with_.stack_bytes
+
+
+def test_edge_tma_is_refused_where_nothing_zeroes_the_keys_outside():
+    for cache_dtype, options in (
+        (torch.float8_e4m3fn, {}),  # no TMA
+        (torch.bfloat16, {"tma": True}),  # no converting warps
+        # V transposed, not converted
+        (
+            torch.float8_e4m3fn,
+            {"tma": True, "f16_dots": True, "fp8_scores": True, "fp8_pv": True},
+        ),
+    ):
+        _refused(
+            "edge_tma needs", cache_dtype, warp_specialized=True, edge_tma=True,
+            **options,
+        )  # fmt: skip
+
+
 def test_edge_fence_is_refused_without_tma():
     _refused("edge_fence needs tma", warp_specialized=True, edge_fence=True)
 
@@ -493,9 +524,12 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # one), no e4m3 -> float16 conversion left, V's ring buffers in e4m3
     # (less shared memory than fp8_scores alone); with the launch's
     # fp8_scores options (but for the issuing warp, whose converting warps
-    # do not transpose) within its registers, without spills under
-    # Triton 3.7.
-    scores, pv, maxnreg = _without_and_with("fp8_pv", rows, issue_warp=False)
+    # do not transpose, and the edge tiles' TMA copies, whose keys outside
+    # the window only a conversion zeroes) within its registers, without
+    # spills under Triton 3.7.
+    scores, pv, maxnreg = _without_and_with(
+        "fp8_pv", rows, issue_warp=False, edge_tma=False
+    )
     parts = rows // 64
     assert pv.count("QGMMA") == 6 * parts, pv.instructions
     assert pv.count("HGMMA") == 0, pv.instructions
@@ -1139,6 +1173,15 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
+    # ... with the edge tiles copied by TMA too (edge_tma, the 64-row
+    # pipeline's; slower at 128 rows).
+    "ws-128rows-fp8-scores-edge-tma": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "edge_tma": True,
+    },
     # ... with a warp of its own issuing the copies (issue_warp, in the
     # launch's pipelines above), at a shallower depth (one staged tile: no
     # V ahead).
@@ -1201,6 +1244,7 @@ _KERNELS = {
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
+        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
         "issue_warp": False,
     },
     "ws-fp8-pv-ring4-raw4": {
@@ -1208,6 +1252,7 @@ _KERNELS = {
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
+        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
         "issue_warp": False,
         "ring": 4,
         "raw_slots": 4,
@@ -1218,6 +1263,7 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "fp8_pv": True,
+        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
     },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {

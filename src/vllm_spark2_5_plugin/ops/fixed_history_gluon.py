@@ -257,13 +257,33 @@ def _converted(tile, dtype: gl.constexpr, KV_FP8: gl.constexpr):
 
 @gluon.jit
 def _convert_tiles(
-    k_slot, v_slot, k_dst, v_dst, layout: gl.constexpr, KV_FP8: gl.constexpr
-):
+    k_slot, v_slot, k_dst, v_dst, layout: gl.constexpr, KV_FP8: gl.constexpr,
+    start=0, lo=0, hi=0, EDGE_TMA: gl.constexpr = False,
+):  # fmt: skip
     """A staged K/V tile into MMA buffers. The caller has waited for the
-    copies."""
+    copies. ``EDGE_TMA``: V's keys outside ``lo .. hi - 1`` zeroed
+    (``_window_rows``; K's scores there are masked)."""
     dtype: gl.constexpr = k_dst.dtype
     k_dst.store(_converted(k_slot.load(layout), dtype, KV_FP8))
-    v_dst.store(_converted(v_slot.load(layout), dtype, KV_FP8))
+    v = _converted(v_slot.load(layout), dtype, KV_FP8)
+    if EDGE_TMA:
+        v = _window_rows(v, start, lo, hi)
+    v_dst.store(v)
+
+
+@gluon.jit
+def _window_rows(tile, start, lo, hi):
+    """A converted V tile of the keys from ``start`` with the keys outside
+    ``lo .. hi - 1`` zeroed where the tile holds any (``_edge_tile``): TMA
+    copied its whole pages (``EDGE_TMA``), and cache slots outside a
+    request's window may hold anything, NaN included, which a weight of 0
+    would not cancel."""
+    BLOCK_N: gl.constexpr = tile.shape[0]
+    if _edge_tile(start, lo, hi, BLOCK_N):
+        keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, tile.type.layout))
+        inside = gl.expand_dims((keys >= lo) & (keys < hi), 1)
+        tile = gl.where(inside, tile, gl.zeros_like(tile))
+    return tile
 
 
 @gluon.constexpr_function
@@ -782,7 +802,7 @@ def _ws_load_partition(
     KV_FP8: gl.constexpr, NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
     AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr, NARROW: gl.constexpr,
     TMA: gl.constexpr, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
-    FP8_PV: gl.constexpr = False,
+    FP8_PV: gl.constexpr = False, EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup: every key tile of every item and query pass, in
     the multiplying warpgroup's order, staged ``NUM_RAW`` tiles ahead (so
@@ -798,8 +818,8 @@ def _ws_load_partition(
     ``TMA``: ``_ws_tma_partition`` (caches in q's dtype) or
     ``_ws_tma_fp8_partition`` (fp8, its slots' barriers ``raw_ready``) with
     the caches' descriptors ``k_desc``/``v_desc``; those two record their
-    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``, ``FP8_PV``: see
-    ``_ws_tma_fp8_partition``."""
+    waits in ``stats_ptr`` (not ``None``). ``FP8_SCORES``, ``FP8_PV``,
+    ``EDGE_TMA``: see ``_ws_tma_fp8_partition``."""
     if TMA and KV_FP8:
         _ws_tma_fp8_partition(
             k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready,
@@ -808,6 +828,7 @@ def _ws_load_partition(
             stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
             stride_bt, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
             HAS_WINDOW, NUM_BUF, NUM_RAW, NARROW, stats_ptr, FP8_SCORES, FP8_PV,
+            EDGE_TMA,
         )  # fmt: skip
     elif TMA:
         _ws_tma_partition(
@@ -1004,6 +1025,18 @@ def _tile_page_ids(
 
 
 @gluon.jit
+def _masked_page_ids(
+    page_ids, bt_row, start, hi, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr
+):  # fmt: skip
+    """``page_ids``, or where ``None`` those of ``_tile_page_ids`` (no read
+    past the request's pages)."""
+    if page_ids is None:
+        return _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N)
+    else:
+        return page_ids
+
+
+@gluon.jit
 def _page_id(page_ids, p: gl.constexpr):
     """Entry ``p`` of ``_tile_page_ids``, as a scalar (a sum within each
     thread)."""
@@ -1092,18 +1125,26 @@ def _stage_tile(
     k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head, v_head,
     kv_head, start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk,
     stride_v_slot, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr, layout: gl.constexpr,
+    HEAD_DIM: gl.constexpr, layout: gl.constexpr, EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """The K/V key tile from ``start`` (its pages ``page_ids``, or ``None``:
     see ``_tma_copy_tile``) into ``k_dst``/``v_dst``, ``bar`` completing
     when it has landed: by TMA when all its keys lie in ``lo .. hi - 1``,
     else by ``_copy_edge_tile``. ``v_desc`` and ``v_dst`` ``None``: one
     tensor's tile (``k_desc``, ``k_head`` and the K strides into
-    ``k_dst``)."""
+    ``k_dst``). ``EDGE_TMA`` (fp8 staging, whose converting warps zero V's
+    keys outside the window, ``_window_rows``): every tile by TMA, whole
+    pages, those past ``hi`` as page 0 (``_tile_page_ids``)."""
+    if EDGE_TMA:
+        _tma_copy_tile(
+            k_desc, v_desc, k_dst, v_dst, bar, bt_row, start,
+            _masked_page_ids(page_ids, bt_row, start, hi, PAGE_SIZE, BLOCK_N),
+            kv_head, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+        )  # fmt: skip
     # Not an edge tile (``_edge_tile``), written as the interior test: the
     # negated form compiles the loaders differently under Triton 3.7.1
     # (their address arithmetic moved out of the uniform registers).
-    if (start >= lo) & (start + BLOCK_N <= hi):
+    elif (start >= lo) & (start + BLOCK_N <= hi):
         _tma_copy_tile(
             k_desc, v_desc, k_dst, v_dst, bar, bt_row, start, page_ids,
             kv_head, BLOCK_N, HEAD_DIM, PAGE_SIZE,
@@ -1178,6 +1219,7 @@ def _stage_raw(
     kv_head, start, lo, hi, stride_k_blk, stride_k_slot, stride_v_blk,
     stride_v_slot, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, layout: gl.constexpr, FP8_SCORES: gl.constexpr,
+    EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """``_stage_tile`` of a staging slot: K and V, or (``FP8_SCORES``, K
     staged into the ring instead) V only."""
@@ -1185,13 +1227,14 @@ def _stage_raw(
         _stage_tile(
             v_desc, None, v_dst, None, bar, bt_row, page_ids, v_head, None,
             kv_head, start, lo, hi, stride_v_blk, stride_v_slot, None, None,
-            PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+            PAGE_SIZE, BLOCK_N, HEAD_DIM, layout, EDGE_TMA,
         )  # fmt: skip
     else:
         _stage_tile(
             k_desc, v_desc, k_dst, v_dst, bar, bt_row, page_ids, k_head,
             v_head, kv_head, start, lo, hi, stride_k_blk, stride_k_slot,
             stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, layout,
+            EDGE_TMA,
         )  # fmt: skip
 
 
@@ -1206,6 +1249,7 @@ def _ws_tma_fp8_partition(
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, NARROW: gl.constexpr,
     stats_ptr=None, FP8_SCORES: gl.constexpr = False, FP8_PV: gl.constexpr = False,
+    EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """The loading warpgroup with TMA and an fp8 cache: the raw e4m3 tiles
     of an item (from a page boundary) staged ``NUM_RAW`` ahead into the
@@ -1219,6 +1263,8 @@ def _ws_tma_fp8_partition(
     MMAs), its landing one of the buffer's two arrivals, the loader's after
     converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V not
     converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3).
+    ``EDGE_TMA`` (not ``FP8_PV``): the edge tiles by TMA too, V's keys
+    outside the window zeroed as converted (``_stage_tile``).
     ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
     for free ring buffers)."""
     kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, True, 4)
@@ -1248,7 +1294,7 @@ def _ws_tma_fp8_partition(
                     _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
                     k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
                     stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES,
+                    BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES, EDGE_TMA,
                 )  # fmt: skip
             page_ids = _tile_page_ids(
                 bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
@@ -1269,7 +1315,7 @@ def _ws_tma_fp8_partition(
                         bt_row, None, k_head, None, kv_head,
                         first + t * BLOCK_N, lo, hi, stride_k_blk,
                         stride_k_slot, None, None, PAGE_SIZE, BLOCK_N,
-                        HEAD_DIM, kv_layout,
+                        HEAD_DIM, kv_layout, EDGE_TMA,
                     )  # fmt: skip
                     landed = _timed_wait(
                         raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
@@ -1280,8 +1326,12 @@ def _ws_tma_fp8_partition(
                         v = _fp8_key_order(v, 0)
                         v_smem.index(buf).store(gl.permute(v, (1, 0)))
                     else:
-                        v = v_raw.index(slot).load(cvt_layout)
-                        v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
+                        v = _converted(
+                            v_raw.index(slot).load(cvt_layout), v_smem.dtype, True
+                        )
+                        if EDGE_TMA:
+                            v = _window_rows(v, first + t * BLOCK_N, lo, hi)
+                        v_smem.index(buf).store(v)
                 else:
                     landed = _timed_wait(
                         raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
@@ -1296,6 +1346,7 @@ def _ws_tma_fp8_partition(
                     _convert_tiles(
                         k_raw.index(slot), v_raw.index(slot), k_smem.index(buf),
                         v_smem.index(buf), cvt_layout, True,
+                        first + t * BLOCK_N, lo, hi, EDGE_TMA,
                     )  # fmt: skip
                 # Every loading thread's stores visible to the MMAs' proxy and
                 # its reads of the slot done before TMA writes it again.
@@ -1309,7 +1360,7 @@ def _ws_tma_fp8_partition(
                         kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
                         stride_k_blk, stride_k_slot, stride_v_blk,
                         stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-                        FP8_SCORES,
+                        FP8_SCORES, EDGE_TMA,
                     )  # fmt: skip
                 page_ids = _tile_page_ids(
                     bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
@@ -1331,7 +1382,7 @@ def _ws_fp8_issue_partition(
     stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr,
-    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): one warp that only issues the copies.
     Per key tile t of a pass, in order: the e4m3 V tile ``NUM_RAW - 1``
@@ -1366,7 +1417,7 @@ def _ws_fp8_issue_partition(
                     v_desc, None, v_raw.index(slot), None, raw_ready.index(slot),
                     bt_row, None, v_head, None, kv_head, first + i * BLOCK_N,
                     lo, hi, stride_v_blk, stride_v_slot, None, None,
-                    PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
+                    PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout, EDGE_TMA,
                 )  # fmt: skip
                 r += 1
             k_pages = _tile_page_ids(bt_row, first, hi, PAGE_SIZE, BLOCK_N)
@@ -1382,7 +1433,7 @@ def _ws_fp8_issue_partition(
                         raw_ready.index(slot), bt_row, v_pages, v_head, None,
                         kv_head, first + (t + LEAD) * BLOCK_N, lo, hi,
                         stride_v_blk, stride_v_slot, None, None, PAGE_SIZE,
-                        BLOCK_N, HEAD_DIM, kv_layout,
+                        BLOCK_N, HEAD_DIM, kv_layout, EDGE_TMA,
                     )  # fmt: skip
                     r += 1
                 buf = it % NUM_BUF
@@ -1393,7 +1444,7 @@ def _ws_fp8_issue_partition(
                     k_desc, None, k_smem.index(buf), None, ready.index(buf),
                     bt_row, k_pages, k_head, None, kv_head, first + t * BLOCK_N,
                     lo, hi, stride_k_blk, stride_k_slot, None, None, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout,
+                    BLOCK_N, HEAD_DIM, kv_layout, EDGE_TMA,
                 )  # fmt: skip
                 k_pages = _tile_page_ids(
                     bt_row, first + (t + 1) * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
@@ -1413,6 +1464,7 @@ def _ws_fp8_convert_partition(
     BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
     PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr,
     NUM_RAW: gl.constexpr, NARROW: gl.constexpr, stats_ptr=None,
+    EDGE_TMA: gl.constexpr = False,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): the converting warps (two) beside
     ``_ws_fp8_issue_partition``. Per key tile, once its e4m3 V tile has
@@ -1420,8 +1472,9 @@ def _ws_fp8_convert_partition(
     ``it % NUM_BUF`` is free: V read back, converted to float16 and
     stored into the ring, fenced for the MMAs' proxy, then one arrival on
     the buffer's ``ready`` (its other: K's landing) and one on the slot's
-    ``raw_free``. ``stats_ptr``: see ``_store_stats`` (row 2: its waits for
-    landed tiles, then for free ring buffers)."""
+    ``raw_free``. ``EDGE_TMA``: V's keys outside the window zeroed
+    (``_window_rows``). ``stats_ptr``: see ``_store_stats`` (row 2: its
+    waits for landed tiles, then for free ring buffers)."""
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, gl.num_warps())
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1430,12 +1483,12 @@ def _ws_fp8_convert_partition(
     it = 0
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        _, _, _, num_q, _, _, _, n_tiles = _item_range(
+        _, _, _, num_q, first, lo, hi, n_tiles = _item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
             NUM_KV_HEADS, BLOCK_N, PAGE_SIZE,
         )  # fmt: skip
         for _pass in range(0, num_q, BLOCK_Q):
-            for _t in range(0, n_tiles):
+            for t in range(0, n_tiles):
                 slot = it % NUM_RAW
                 buf = it % NUM_BUF
                 landed = _timed_wait(
@@ -1444,8 +1497,10 @@ def _ws_fp8_convert_partition(
                 freed = _timed_wait(
                     empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
                 )
-                v = v_raw.index(slot).load(cvt_layout)
-                v_smem.index(buf).store(_converted(v, v_smem.dtype, True))
+                v = _converted(v_raw.index(slot).load(cvt_layout), v_smem.dtype, True)
+                if EDGE_TMA:
+                    v = _window_rows(v, first + t * BLOCK_N, lo, hi)
+                v_smem.index(buf).store(v)
                 # Every converting thread's stores visible to the MMAs'
                 # proxy and its reads of the slot done before TMA writes
                 # it again.
@@ -1811,7 +1866,8 @@ def fixed_history_ws_kernel(
     SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
-    EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, num_warps: gl.constexpr,
+    EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, EDGE_TMA: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
     loading (and for fp8 caches converting) in a separate warpgroup
@@ -1973,7 +2029,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES, FP8_PV,
+                        FP8_SCORES, FP8_PV, EDGE_TMA,
                     ),
                 ),
             ],
@@ -2004,7 +2060,7 @@ def fixed_history_ws_kernel(
                         context_lens_ptr, query_start_loc_ptr, window,
                         num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         PAGE_SIZE, HAS_WINDOW, NUM_BUF, NUM_RAW,
-                        NARROW_CONVERT, stats_ptr,
+                        NARROW_CONVERT, stats_ptr, EDGE_TMA,
                     ),
                 ),
                 (
@@ -2016,7 +2072,7 @@ def fixed_history_ws_kernel(
                         num_reqs, stride_k_blk, stride_k_slot, stride_k_head,
                         stride_v_blk, stride_v_slot, stride_v_head, stride_bt,
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-                        HAS_WINDOW, NUM_BUF, NUM_RAW,
+                        HAS_WINDOW, NUM_BUF, NUM_RAW, EDGE_TMA,
                     ),
                 ),
             ],
@@ -2051,7 +2107,7 @@ def fixed_history_ws_kernel(
                         NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
                         HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
                         FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES, FP8_PV,
+                        FP8_SCORES, FP8_PV, EDGE_TMA,
                     ),
                 ),
             ],
@@ -2076,7 +2132,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    edge_fence=False, half_rows=False,
+    edge_fence=False, half_rows=False, edge_tma=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2098,6 +2154,7 @@ def pipeline_constants(
         ISSUE_WARP=issue_warp,
         EDGE_FENCE=edge_fence,
         HALF_ROWS=half_rows,
+        EDGE_TMA=edge_tma,
     )
 
 
@@ -2221,6 +2278,7 @@ def fixed_history_attention_wgmma(
     issue_warp=False,
     edge_fence=False,
     half_rows=False,
+    edge_tma=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2285,7 +2343,12 @@ def fixed_history_attention_wgmma(
     ``swap_ab`` nor ``fp8_pv``; query heads per KV head that divide 32): a
     tile of 64 rows holds 32 of queries (``rows // group // 2`` of them per
     pass), in the rows ``16 w + 0 .. 7`` of each warp's 16, and the softmax
-    runs on those alone. ``wait_stats``
+    runs on those alone. ``edge_tma`` (``tma`` with an fp8 cache, not
+    ``fp8_pv``): the tiles holding keys outside the window are copied by
+    TMA too, whole pages (those past the request's last as page 0), and
+    the loader zeroes V's keys outside the window as it converts them (K's
+    scores there are masked), instead of copying such a tile by
+    ``cp.async`` with those keys zero-filled. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2347,6 +2410,8 @@ def fixed_history_attention_wgmma(
             f"and fp8_pv False and query heads per KV head that divide 32 (got "
             f"rows={rows}, {group} per KV head)"
         )
+    if edge_tma and not (tma and k_cache.dtype == torch.float8_e4m3fn and not fp8_pv):
+        raise ValueError("edge_tma needs tma=True, an fp8 cache and fp8_pv=False")
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2416,6 +2481,7 @@ def fixed_history_attention_wgmma(
                 issue_warp=issue_warp,
                 edge_fence=edge_fence,
                 half_rows=half_rows,
+                edge_tma=edge_tma,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

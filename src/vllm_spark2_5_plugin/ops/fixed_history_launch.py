@@ -208,7 +208,7 @@ def _gluon_pipeline(
         if kv_fp8 and fp8_scores:
             options.update(fp8_scores=True)
             if rows == 64:
-                options.update(ring=3, raw_slots=3, issue_warp=True)
+                options.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if not kv_fp8 and not tma:
@@ -523,7 +523,15 @@ def _plan(
     # persistent grid was tuned on NVIDIA only and needs a single split.
     if splits > 1 or not on_cuda or not nvidia:
         persistent = 0
-    fp8_f16_dot = kv_fp8 and (head_dim <= 64 or (gluon and splits == 1))
+    # Tiles of fewer than 64 rows run their dots on mma.sync, where the
+    # kernel passes V's float16 tile through an asm copy on NVIDIA GPUs
+    # (V_ASM_COPY) and float16 dots then beat tiles in q's dtype at D > 64
+    # too: 930 -> 832 us at D = 256 with 32-row tiles, 529 -> 454 at D = 128
+    # with 16-row tiles (64 and 128 requests x 8 KV heads, 4096-key windows;
+    # H200, Triton 3.7.1, 2026-12-03).
+    fp8_f16_dot = kv_fp8 and (
+        head_dim <= 64 or (block_m < 64 and nvidia) or (gluon and splits == 1)
+    )
     return LaunchPlan(
         block_q=block_q,
         block_n=block_n,
@@ -534,8 +542,9 @@ def _plan(
         programs_per_sm=persistent,
         # Measured on the H200 (2026-12-01, same process): float16 dots were
         # 11% faster at D = 64 and 13-17% slower at the four D = 128 shapes
-        # in the Triton kernel. The Gluon kernel's loader, converting 8
-        # values per thread (2026-12-02), gains 5% from them at shapes 1-4.
+        # in the Triton kernel (64- and 128-row tiles, warpgroup MMAs). The
+        # Gluon kernel's loader, converting 8 values per thread (2026-12-02),
+        # gains 5% from them at shapes 1-4.
         fp8_f16_dot=fp8_f16_dot,
         gluon=gluon and splits == 1,
         # fp8 scores: 8-9% less time at the benchmark's fp8 shapes 1-3, 7%
