@@ -1504,7 +1504,9 @@ if not _IN_CHILD:
         if rows == 128:
             expected.update(split_mma=True, ring=4)
         assert no_tma == expected
-        expected.update(tma=True, edge_fence=True, fp8_scores=True)
+        # ... with fp8 scores, an item's last tile multiplied as 16 keys where
+        # its keys fit.
+        expected.update(tma=True, edge_fence=True, fp8_scores=True, narrow_tail=True)
         if rows == 64:
             # ... and the tiles with keys outside the window copied by TMA
             # too (their V keys there zeroed by the converting warps).
@@ -1546,7 +1548,7 @@ if not _IN_CHILD:
         assert lines == [
             "fixed-history attention: Gluon kernel, 64-row tiles, fp8 cache "
             "(edge_fence, edge_tma, fp8_scores, half_rows, issue_warp, "
-            "narrow_convert, tma)",
+            "narrow_convert, narrow_tail, tma)",
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines

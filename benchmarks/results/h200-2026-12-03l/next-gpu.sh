@@ -1,12 +1,13 @@
-# Lease of 2026-12-03 (twenty-fourth session), bare H200 with vLLM 0.32.0's
-# Triton 3.7.1 wheel in /tmp/t371. narrow_tail: an item's last key tile,
-# where its keys lie within the tile's first 16 (the 8 or 16 draft keys
-# past a window of whole 64-key tiles at the five shapes), multiplied as a
-# 16-key tile. Steps: tail (fp8, the launch's Gluon pipelines with and
-# without it, alternating, CUDA-graph replays), tailbf16, tests and tests2
-# (the public API's Gluon tests and the Gluon kernel's GPU tests of the
-# launch pipelines, float64 reference), five (the five shapes, kernel only), f16dots
-# (the twenty-third session's pending step).
+# Leases of 2026-12-03 (twenty-fourth session), bare H200s with vLLM
+# 0.32.0's Triton 3.7.1 wheel in /tmp/t371 (five machines, each installed
+# anew). Steps in the order they ran: tail and tailbf16 (narrow_tail, an
+# item's last tile multiplied as 16 keys, alone: no faster; the kernel
+# change then lived in narrow_tail.patch), f16dots (the twenty-third
+# session's pending step), edge (what an edge tile costs), edgetma,
+# gtests, fp8tests, five8 (edge tiles by TMA), final (the landed policy of
+# that moment on another machine), tail2 and tests4 (narrow_tail again,
+# with edge_tma and the converting warps narrowed too), five8 once more
+# (its files renamed *-landed).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 S=benchmarks/results/h200-2026-12-01j/sweep.py
 F64='"warp_specialized":true,"f16_dots":true,"rows":64,"narrow_convert":true,"half_rows":true,"tma":true,"edge_fence":true,"fp8_scores":true,"ring":3,"raw_slots":3,"issue_warp":true'
@@ -28,23 +29,6 @@ tail)
     | tee $OUT/tail.txt ;;
 tailbf16)
   { sweep 2 bf16 "$B64" 2; sweep 0 bf16 "$B64" 2; sweep 3 bf16 "$B128" 2; } | tee $OUT/tail-bf16.txt ;;
-tests)  # the launch's pipelines: through the public API, and the kernel's
-  # fp8-scores pipelines against the reference fed q's e4m3 rows
-  timeout 420 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
-    tests/test_fixed_history_gluon.py tests/test_fixed_history_attention.py -k \
-    "gluon_path or fp8_scores_through or (test_fp8_scores_match and (128rows-fp8-scores-plain or 128rows-fp8-scores-poison or issue-warp-half-rows))" \
-    > $OUT/tests-a.log 2>&1
-  echo "tests rc $?"; tail -n 3 $OUT/tests-a.log | cut -c1-400 ;;
-tests2)  # the launch's kernels of 16-bit and fp8 caches (cp.async and TMA)
-  timeout 500 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
-    tests/test_fixed_history_gluon.py -k \
-    "test_gluon_kernel_matches and (tma-half-rows or ws-half-rows or 128rows-launch-bf16 or ws-launch-fp8 or 128rows-launch-fp8)" \
-    > $OUT/tests-b.log 2>&1
-  echo "tests rc $?"; tail -n 3 $OUT/tests-b.log | cut -c1-400 ;;
-five)
-  timeout 400 python3 benchmarks/bench_fixed_history_attention.py --kernel-only \
-    --md $OUT/five.md > $OUT/bench.txt 2>&1
-  echo "bench rc $?"; cut -c1-200 $OUT/five.md | grep "|" ;;
 f16dots)  # the twenty-third session's step: float16 dots with V's copy
   # against tiles in q's dtype at D = 256 (32-row tiles) and D = 128 with
   # 16-row tiles
@@ -97,4 +81,20 @@ final)  # the landed policy (edge_tma at 64-row tiles only): the five
     "gluon_path or fp8_scores_through or (test_fp8_scores_match and 128rows-fp8-scores-edge-tma)" \
     > $OUT/tests-final.log 2>&1
   echo "tests rc $?"; tail -n 3 $OUT/tests-final.log | cut -c1-400 ;;
+tail2)  # narrow_tail again, now that the edge tiles come by TMA
+  # (edge_tma) and the converting warps narrow the tail too (64 rows);
+  # the launch's fp8 pipelines without and with it, alternating
+  OPT=narrow_tail
+  E64="$F64,\"edge_tma\":true"
+  { sweep 2 fp8 "$E64" 3; sweep 0 fp8 "$E64" 2; sweep 3 fp8 "$F128" 3; } | tee $OUT/tail2.txt
+  timeout 100 python3 benchmarks/results/h200-2026-12-03l/edge_probe.py \
+    '[[256,2048,8,1024,32,8,128],[256,2040,8,1016,32,8,128]]' fp8 2 2>&1 \
+    | tee $OUT/edge-tail2.txt ;;
+tests4)  # the fp8-scores pipelines with narrow_tail (NaN outside the
+  # windows too) and the public API's Gluon tests
+  timeout 400 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
+    tests/test_fixed_history_gluon.py tests/test_fixed_history_attention.py -k \
+    "gluon_path or fp8_scores_through or (test_fp8_scores_match and (128rows-fp8-scores-plain or 128rows-fp8-scores-poison or issue-warp-half-rows))" \
+    > $OUT/tests-tail.log 2>&1
+  echo "tests rc $?"; tail -n 3 $OUT/tests-tail.log | cut -c1-400 ;;
 esac

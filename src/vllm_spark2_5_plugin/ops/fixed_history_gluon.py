@@ -272,6 +272,18 @@ def _convert_tiles(
 
 
 @gluon.jit
+def _convert_v(
+    raw, dst, layout: gl.constexpr, start, lo, hi, EDGE_TMA: gl.constexpr
+):  # fmt: skip
+    """A staged e4m3 V tile (or its first rows) converted into ring buffer
+    ``dst`` (``EDGE_TMA``: its keys outside ``lo .. hi - 1`` zeroed)."""
+    v = _converted(raw.load(layout), dst.dtype, True)
+    if EDGE_TMA:
+        v = _window_rows(v, start, lo, hi)
+    dst.store(v)
+
+
+@gluon.jit
 def _window_rows(tile, start, lo, hi):
     """A converted V tile of the keys from ``start`` with the keys outside
     ``lo .. hi - 1`` zeroed where the tile holds any (``_edge_tile``): TMA
@@ -653,6 +665,58 @@ def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale):
     )
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _key_tile(
+    q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+    num_warps: gl.constexpr, TAIL_N: gl.constexpr, HALF_ROWS: gl.constexpr,
+):  # fmt: skip
+    """One key tile of the default loop: ``S = Q K^T``, the softmax and
+    ``O += P V`` (``_finish_tile``). ``TAIL_N`` (not 0): a tile whose keys
+    from ``key_start`` on all lie below ``key_start + TAIL_N`` (an item's
+    last tile, e.g. the 8 draft keys past a window of whole tiles) is
+    multiplied as a ``TAIL_N``-key tile, its buffers' first rows alone:
+    a quarter of the MMAs and exponentials of a 64-key tile at 16."""
+    if TAIL_N > 0:
+        if hi - key_start <= TAIL_N:
+            m_i, l_i, acc = _narrow_tile(
+                q_smem, k_buf.slice(0, TAIL_N), v_buf.slice(0, TAIL_N), m_i, l_i,
+                acc, key_start, lo, hi, score_scale, num_warps, HALF_ROWS,
+            )  # fmt: skip
+        else:
+            s = _issue_scores(q_smem, k_buf, num_warps)
+            m_i, l_i, acc = _finish_tile(
+                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale
+            )
+    else:
+        s = _issue_scores(q_smem, k_buf, num_warps)
+        m_i, l_i, acc = _finish_tile(
+            s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale
+        )
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _narrow_tile(
+    q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+    num_warps: gl.constexpr, HALF_ROWS: gl.constexpr,
+):  # fmt: skip
+    """``_finish_tile`` on ``k_buf`` and ``v_buf`` of fewer keys than the
+    loop's tiles: the row state moved into the narrower scores' row layout
+    and back (each thread holds the same rows in both: no data moves)."""
+    narrow_m, _, _ = _softmax_init(
+        q_smem.shape[0], k_buf.shape[0], v_buf.shape[1], num_warps, 16, HALF_ROWS
+    )
+    rows: gl.constexpr = narrow_m.type.layout
+    s = _issue_scores(q_smem, k_buf, num_warps)
+    m_n, l_n, acc = _finish_tile(
+        s, v_buf, gl.convert_layout(m_i, rows), gl.convert_layout(l_i, rows), acc,
+        key_start, lo, hi, gl.convert_layout(score_scale, rows),
+    )  # fmt: skip
+    m_i = gl.convert_layout(m_n, m_i.type.layout)
+    l_i = gl.convert_layout(l_n, l_i.type.layout)
     return m_i, l_i, acc
 
 
@@ -1326,12 +1390,10 @@ def _ws_tma_fp8_partition(
                         v = _fp8_key_order(v, 0)
                         v_smem.index(buf).store(gl.permute(v, (1, 0)))
                     else:
-                        v = _converted(
-                            v_raw.index(slot).load(cvt_layout), v_smem.dtype, True
-                        )
-                        if EDGE_TMA:
-                            v = _window_rows(v, first + t * BLOCK_N, lo, hi)
-                        v_smem.index(buf).store(v)
+                        _convert_v(
+                            v_raw.index(slot), v_smem.index(buf), cvt_layout,
+                            first + t * BLOCK_N, lo, hi, EDGE_TMA,
+                        )  # fmt: skip
                 else:
                     landed = _timed_wait(
                         raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
@@ -1464,7 +1526,7 @@ def _ws_fp8_convert_partition(
     BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
     PAGE_SIZE: gl.constexpr, HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr,
     NUM_RAW: gl.constexpr, NARROW: gl.constexpr, stats_ptr=None,
-    EDGE_TMA: gl.constexpr = False,
+    EDGE_TMA: gl.constexpr = False, TAIL_N: gl.constexpr = 0,
 ):  # fmt: skip
     """``ISSUE_WARP`` (fp8 scores): the converting warps (two) beside
     ``_ws_fp8_issue_partition``. Per key tile, once its e4m3 V tile has
@@ -1473,7 +1535,9 @@ def _ws_fp8_convert_partition(
     stored into the ring, fenced for the MMAs' proxy, then one arrival on
     the buffer's ``ready`` (its other: K's landing) and one on the slot's
     ``raw_free``. ``EDGE_TMA``: V's keys outside the window zeroed
-    (``_window_rows``). ``stats_ptr``: see ``_store_stats`` (row 2: its
+    (``_window_rows``). ``TAIL_N`` (not 0): of a tile whose keys all lie
+    among its first ``TAIL_N`` (``_key_tile``), those rows alone.
+    ``stats_ptr``: see ``_store_stats`` (row 2: its
     waits for landed tiles, then for free ring buffers)."""
     cvt_layout: gl.constexpr = _convert_layout(HEAD_DIM, NARROW, gl.num_warps())
     STATS: gl.constexpr = stats_ptr is not None
@@ -1497,10 +1561,24 @@ def _ws_fp8_convert_partition(
                 freed = _timed_wait(
                     empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
                 )
-                v = _converted(v_raw.index(slot).load(cvt_layout), v_smem.dtype, True)
-                if EDGE_TMA:
-                    v = _window_rows(v, first + t * BLOCK_N, lo, hi)
-                v_smem.index(buf).store(v)
+                start = first + t * BLOCK_N
+                if TAIL_N > 0:
+                    if hi - start <= TAIL_N:
+                        _convert_v(
+                            v_raw.index(slot).slice(0, TAIL_N),
+                            v_smem.index(buf).slice(0, TAIL_N), cvt_layout, start,
+                            lo, hi, EDGE_TMA,
+                        )  # fmt: skip
+                    else:
+                        _convert_v(
+                            v_raw.index(slot), v_smem.index(buf), cvt_layout, start,
+                            lo, hi, EDGE_TMA,
+                        )  # fmt: skip
+                else:
+                    _convert_v(
+                        v_raw.index(slot), v_smem.index(buf), cvt_layout, start, lo,
+                        hi, EDGE_TMA,
+                    )  # fmt: skip
                 # Every converting thread's stores visible to the MMAs'
                 # proxy and its reads of the slot done before TMA writes
                 # it again.
@@ -1747,7 +1825,7 @@ def _ws_mma_partition(
     PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
-    HALF_ROWS: gl.constexpr = False,
+    HALF_ROWS: gl.constexpr = False, TAIL_N: gl.constexpr = 0,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1773,7 +1851,9 @@ def _ws_mma_partition(
     others landed through TMA, in the MMAs' own proxy. ``HALF_ROWS`` (not
     ``SWAP_AB``): a tile of twice the rows of ``BLOCK_Q`` queries, which
     fill the first half of ``_row_halves`` (the rows ``16 w + 0 .. 7``);
-    the softmax runs on that half alone (half the exponentials)."""
+    the softmax runs on that half alone (half the exponentials).
+    ``TAIL_N`` (the default loop, not ``FP8_PV``): an item's last tile
+    multiplied as a ``TAIL_N``-key tile where its keys fit (``_key_tile``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1832,13 +1912,14 @@ def _ws_mma_partition(
                             ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS,
                             _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
                         )  # fmt: skip
-                        s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
                         v_buf = v_smem.index(buf)
                         if FP8_PV:
                             v_buf = v_buf.permute((1, 0))
-                        m_i, l_i, acc = _finish_tile(
-                            s, v_buf, m_i, l_i, acc, start, lo, hi, row_scale
-                        )
+                        m_i, l_i, acc = _key_tile(
+                            q_smem, k_smem.index(buf), v_buf, m_i, l_i, acc,
+                            start, lo, hi, row_scale, MMA_WARPS,
+                            0 if FP8_PV else TAIL_N, HALF_ROWS,
+                        )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
                     if STATS:
@@ -1867,6 +1948,7 @@ def fixed_history_ws_kernel(
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
     EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, EDGE_TMA: gl.constexpr,
+    TAIL_N: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
@@ -2001,7 +2083,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE,
+                        EDGE_FENCE, False, TAIL_N,
                     ),
                 ),
                 (
@@ -2015,7 +2097,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE,
+                        EDGE_FENCE, False, TAIL_N,
                     ),
                 ),
                 (
@@ -2050,7 +2132,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, HALF_ROWS,
+                        EDGE_FENCE, HALF_ROWS, TAIL_N,
                     ),
                 ),
                 (
@@ -2060,7 +2142,7 @@ def fixed_history_ws_kernel(
                         context_lens_ptr, query_start_loc_ptr, window,
                         num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         PAGE_SIZE, HAS_WINDOW, NUM_BUF, NUM_RAW,
-                        NARROW_CONVERT, stats_ptr, EDGE_TMA,
+                        NARROW_CONVERT, stats_ptr, EDGE_TMA, TAIL_N,
                     ),
                 ),
                 (
@@ -2093,7 +2175,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, HALF_ROWS,
+                        EDGE_FENCE, HALF_ROWS, TAIL_N,
                     ),
                 ),
                 (
@@ -2119,6 +2201,9 @@ def fixed_history_ws_kernel(
 # Registers per thread of the second multiplying partition (split_mma).
 MMA_PART_REGS = 168
 
+# The keys of an item's last tile multiplied as a narrow tile (narrow_tail).
+NARROW_TAIL_KEYS = 16
+
 
 def copies_ahead(ring: int, overlap: bool) -> int:
     """How many newer copies the direct-copy loader (a cache in q's dtype)
@@ -2132,7 +2217,7 @@ def pipeline_constants(
     *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    edge_fence=False, half_rows=False, edge_tma=False,
+    edge_fence=False, half_rows=False, edge_tma=False, narrow_tail=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2155,6 +2240,7 @@ def pipeline_constants(
         EDGE_FENCE=edge_fence,
         HALF_ROWS=half_rows,
         EDGE_TMA=edge_tma,
+        TAIL_N=NARROW_TAIL_KEYS if narrow_tail else 0,
     )
 
 
@@ -2279,6 +2365,7 @@ def fixed_history_attention_wgmma(
     edge_fence=False,
     half_rows=False,
     edge_tma=False,
+    narrow_tail=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2348,7 +2435,12 @@ def fixed_history_attention_wgmma(
     TMA too, whole pages (those past the request's last as page 0), and
     the loader zeroes V's keys outside the window as it converts them (K's
     scores there are masked), instead of copying such a tile by
-    ``cp.async`` with those keys zero-filled. ``wait_stats``
+    ``cp.async`` with those keys zero-filled.
+    ``narrow_tail`` (``fp8_scores``, not ``overlap`` nor ``fp8_pv``,
+    ``block_n`` above 16): an item's last key tile, where its keys lie
+    within the tile's first 16 (the 8 or 16 draft keys past a window of
+    whole tiles, say), multiplied as a 16-key tile, and with the issuing
+    warp (``issue_warp``) converted as one too. ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2412,6 +2504,13 @@ def fixed_history_attention_wgmma(
         )
     if edge_tma and not (tma and k_cache.dtype == torch.float8_e4m3fn and not fp8_pv):
         raise ValueError("edge_tma needs tma=True, an fp8 cache and fp8_pv=False")
+    if narrow_tail and not (
+        fp8_scores and not (overlap or fp8_pv) and block_n > NARROW_TAIL_KEYS
+    ):
+        raise ValueError(
+            "narrow_tail needs fp8_scores=True, overlap and fp8_pv False and "
+            f"block_n above {NARROW_TAIL_KEYS} (got block_n={block_n})"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2482,6 +2581,7 @@ def fixed_history_attention_wgmma(
                 edge_fence=edge_fence,
                 half_rows=half_rows,
                 edge_tma=edge_tma,
+                narrow_tail=narrow_tail,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

@@ -199,14 +199,20 @@ def _gluon_pipeline(
     fp8 shape 4 unchanged, 2026-12-03). ``half_rows`` (64-row tiles that
     hold 32 rows of queries): the softmax on those rows alone (fp8 shapes
     1-3: 155 -> 149, 595-613 -> 570-596, 181 -> 172 us; bf16 shapes 1 and
-    3 unchanged, 257 and 270 -> 269 us; H200, 2026-12-03)."""
+    3 unchanged, 257 and 270 -> 269 us; H200, 2026-12-03). With fp8
+    scores, the 64-row pipeline copies the tiles that reach outside the
+    window by TMA too (``edge_tma``: fp8 shape 3 167.4 -> 162.4 us, shape
+    1 144.2 -> 143.0; at 128 rows 77.1 -> 81.4, so not there), and both
+    multiply an item's last tile as 16 keys where they fit
+    (``narrow_tail``: then shape 3 162.6 -> 160.3, shape 1 143.0 -> 141.9,
+    shape 4 77.1 -> 76.6 us; H200, 2026-12-03)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if half_rows and rows == 64:
         options.update(half_rows=True)
     if tma:
         options.update(tma=True, edge_fence=True)
         if kv_fp8 and fp8_scores:
-            options.update(fp8_scores=True)
+            options.update(fp8_scores=True, narrow_tail=True)
             if rows == 64:
                 options.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
     if rows == 128:
