@@ -263,21 +263,19 @@ def _convert_tiles(
     """A staged K/V tile into MMA buffers. The caller has waited for the
     copies. ``EDGE_TMA``: V's keys outside ``lo .. hi - 1`` zeroed
     (``_window_rows``; K's scores there are masked)."""
-    dtype: gl.constexpr = k_dst.dtype
-    k_dst.store(_converted(k_slot.load(layout), dtype, KV_FP8))
-    v = _converted(v_slot.load(layout), dtype, KV_FP8)
-    if EDGE_TMA:
-        v = _window_rows(v, start, lo, hi)
-    v_dst.store(v)
+    k_dst.store(_converted(k_slot.load(layout), k_dst.dtype, KV_FP8))
+    _convert_v(v_slot, v_dst, layout, start, lo, hi, EDGE_TMA, KV_FP8)
 
 
 @gluon.jit
 def _convert_v(
-    raw, dst, layout: gl.constexpr, start, lo, hi, EDGE_TMA: gl.constexpr
+    raw, dst, layout: gl.constexpr, start, lo, hi, EDGE_TMA: gl.constexpr,
+    KV_FP8: gl.constexpr = True,
 ):  # fmt: skip
-    """A staged e4m3 V tile (or its first rows) converted into ring buffer
-    ``dst`` (``EDGE_TMA``: its keys outside ``lo .. hi - 1`` zeroed)."""
-    v = _converted(raw.load(layout), dst.dtype, True)
+    """A staged V tile (or its first rows; e4m3 with ``KV_FP8``) converted
+    into ring buffer ``dst`` (``EDGE_TMA``: its keys outside ``lo .. hi -
+    1`` zeroed)."""
+    v = _converted(raw.load(layout), dst.dtype, KV_FP8)
     if EDGE_TMA:
         v = _window_rows(v, start, lo, hi)
     dst.store(v)
