@@ -7,7 +7,7 @@
 # gtests, fp8tests, five8 (edge tiles by TMA), final (the landed policy of
 # that moment on another machine), tail2 and tests4 (narrow_tail again,
 # with edge_tma and the converting warps narrowed too), five8 once more
-# (its files renamed *-landed).
+# (its files renamed *-landed). shape4 is for the next lease.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 S=benchmarks/results/h200-2026-12-01j/sweep.py
 F64='"warp_specialized":true,"f16_dots":true,"rows":64,"narrow_convert":true,"half_rows":true,"tma":true,"edge_fence":true,"fp8_scores":true,"ring":3,"raw_slots":3,"issue_warp":true'
@@ -97,4 +97,12 @@ tests4)  # the fp8-scores pipelines with narrow_tail (NaN outside the
     "gluon_path or fp8_scores_through or (test_fp8_scores_match and (128rows-fp8-scores-plain or 128rows-fp8-scores-poison or issue-warp-half-rows))" \
     > $OUT/tests-tail.log 2>&1
   echo "tests rc $?"; tail -n 3 $OUT/tests-tail.log | cut -c1-400 ;;
+shape4)  # NOT YET RUN (next lease): fp8 shape 4 (128 rows) with 128-key
+  # tiles (half the per-tile waits and row reductions; ring 2 + 2 staged,
+  # 148 KB), the second multiplying partition given more registers (the
+  # loader fewer; sm_90 code under Triton 3.7.1: 16-48 bytes of stack
+  # at 168-200 registers), and fp8 P V with today's pipeline; alternating
+  # with the launch's pipeline
+  V="[{$F128,\"narrow_tail\":true},{$F128,\"narrow_tail\":true,\"block_n\":128,\"ring\":2,\"raw_slots\":2},{$F128,\"narrow_tail\":true,\"block_n\":128,\"ring\":2,\"raw_slots\":2,\"mma_regs\":192,\"worker_regs\":112},{$F128,\"narrow_tail\":true},{$F128,\"fp8_pv\":true}]"
+  timeout 200 python3 $S 3 fp8 "$V" graph 2>&1 | tee $OUT/shape4.txt ;;
 esac
