@@ -1256,6 +1256,31 @@ if not _IN_CHILD:
         # (pinned in test_plan_for_the_h200_benchmark_shapes).
         assert not _plan_for(shape, device, kv_fp8=kv_fp8).gluon
 
+    @pytest.mark.parametrize(
+        "shape,kv_fp8,wide",
+        [
+            ((32, 32768, 16, 4096, 32, 4, 128), True, True),  # shape 4
+            ((32, 32768, 16, 2048, 32, 4, 128), True, True),
+            ((32, 4096, 16, None, 32, 4, 128), True, True),  # 4112 keys
+            ((32, 32768, 16, 1536, 32, 4, 128), True, False),
+            ((32, 32768, 16, 1024, 32, 4, 128), True, False),
+            ((32, 8192, 16, 512, 32, 4, 128), True, False),
+            ((32, 32768, 16, 4096, 32, 4, 128), False, False),  # bf16 cache
+            ((256, 8192, 8, 4096, 32, 8, 128), True, False),  # 64 rows
+        ],
+    )
+    def test_plan_takes_128_key_tiles_for_long_128_row_items(shape, kv_fp8, wide):
+        # The Gluon kernel's 128-row fp8-scores tiles take 128 keys where an
+        # item holds about 2048 keys or more (faster there, slower below),
+        # never with a bf16 cache (slower) nor at 64 rows.
+        plan = _plan_for(shape, torch.device("cuda", 0), kv_fp8=kv_fp8, gluon=True)
+        assert plan.gluon, plan
+        assert plan.wide_tiles is wide, plan
+
+    def test_wide_tiles_need_fp8_scores():
+        with pytest.raises(ValueError, match="wide_tiles is for the Gluon kernel's"):
+            _plan(16, 64, gluon=True, wide_tiles=True)
+
     def test_bf16_plans_change_only_where_the_gluon_kernel_runs():
         # With a cache in q's dtype, a device that runs the Gluon kernel gets
         # the Triton plan unchanged except where the plan runs Gluon: the
@@ -1512,6 +1537,19 @@ if not _IN_CHILD:
             # too (their V keys there zeroed by the converting warps).
             expected.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
         assert tma == expected
+        # ... and with the plan's wide_tiles, at 128 rows, tiles of 128 keys,
+        # a ring of 2 and 2 staged (at 64 rows it changes nothing).
+        calls.clear()
+        wide = dataclasses.replace(plan, wide_tiles=True)
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
+        ):
+            kv = PagedKV(k, v, bt, ctx, qsl, scales)
+            launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), wide)
+        if rows == 128:
+            expected.update(block_n=128, ring=2, raw_slots=2)
+        assert calls == [expected]
 
     def test_launch_logs_once_which_kernel_runs(caplog):
         # One INFO line per kind of launch and process, naming the kernel,
@@ -1552,6 +1590,27 @@ if not _IN_CHILD:
             "fixed-history attention: Triton kernel, 32-row tiles, fp8 cache "
             "(2 key splits)",
         ], lines
+
+    def test_launch_log_names_the_128_row_fp8_scores_tiles(caplog):
+        # The 128-row fp8-scores pipeline's line names its 128-key tiles
+        # (wide_tiles; the other pipelines' tiles have 64 keys, left unsaid).
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        launch._announce.cache_clear()
+        with caplog.at_level("INFO", logger="vllm.spark2_5_plugin.ops"):
+            launch._announce(
+                "Gluon", 128, True, tma=True, fp8_scores=True, wide_tiles=True
+            )
+            launch._announce("Gluon", 128, True, tma=True, fp8_scores=True)
+        assert [r.getMessage() for r in caplog.records] == [
+            "fixed-history attention: Gluon kernel, 128-row tiles, fp8 cache "
+            "(edge_fence, fp8_scores, narrow_convert, narrow_tail, split_mma, "
+            "tma, 128-key tiles)",
+            "fixed-history attention: Gluon kernel, 128-row tiles, fp8 cache "
+            "(edge_fence, fp8_scores, narrow_convert, narrow_tail, split_mma, "
+            "tma)",
+        ]
+        launch._announce.cache_clear()
 
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):

@@ -77,6 +77,9 @@ class LaunchPlan:
     ``half_rows``: a tile carries ``block_q // 2`` queries (32 rows) and the
     softmax skips its 32 padding rows; for the 32-row tiles that
     :func:`plan_launch` widens to 64 so that the Gluon kernel runs them.
+    ``wide_tiles`` (``fp8_scores`` with 128-row tiles): the Gluon kernel's
+    128-key tiles instead of 64-key ones, for items of about 2048 keys and
+    more (:func:`plan_launch` from its estimate of the keys per item).
     """
 
     block_q: int  # queries of one request per tile
@@ -93,6 +96,7 @@ class LaunchPlan:
     max_registers: int = 0
     transposed: bool = False
     half_rows: bool = False
+    wide_tiles: bool = False
 
     def __post_init__(self):
         for name in ("block_q", "block_n", "num_splits", "num_warps"):
@@ -153,6 +157,8 @@ class LaunchPlan:
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
                 f"needs num_splits == 1, got num_splits={self.num_splits}"
             )
+        if self.wide_tiles and not self.fp8_scores:
+            raise ValueError("wide_tiles is for the Gluon kernel's fp8 scores")
         if self.half_rows and not (self.gluon and self.block_q >= 2):
             raise ValueError(
                 "half_rows is for the Gluon kernel's tiles of 2 or more queries, "
@@ -171,6 +177,7 @@ def _gluon_pipeline(
     tma: bool = False,
     fp8_scores: bool = False,
     half_rows: bool = False,
+    wide_tiles: bool = False,
 ) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
@@ -205,7 +212,11 @@ def _gluon_pipeline(
     1 144.2 -> 143.0; at 128 rows 77.1 -> 81.4, so not there), and both
     multiply an item's last tile as 16 keys where they fit
     (``narrow_tail``: then shape 3 162.6 -> 160.3, shape 1 143.0 -> 141.9,
-    shape 4 77.1 -> 76.6 us; H200, 2026-12-03)."""
+    shape 4 77.1 -> 76.6 us; H200, 2026-12-03). ``wide_tiles`` (the
+    plan's, for long key ranges): the 128-row fp8-scores pipeline takes
+    tiles of 128 keys, a ring of 2 and 2 staged V tiles (shape 4: 77.3 ->
+    71.1 us, the multiplying side alone 64.6 -> 59.4; with bf16 caches
+    128-key tiles were slower, 80.5 -> 82.0-87.3; H200, 2026-12-03)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if half_rows and rows == 64:
         options.update(half_rows=True)
@@ -217,7 +228,9 @@ def _gluon_pipeline(
                 options.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
     if rows == 128:
         options.update(split_mma=True, ring=4)
-        if not kv_fp8 and not tma:
+        if options.get("fp8_scores") and wide_tiles:
+            options.update(block_n=128, ring=2, raw_slots=2)
+        elif not kv_fp8 and not tma:
             options.update(fence_in_mma=True)
     return options
 
@@ -538,6 +551,7 @@ def _plan(
     fp8_f16_dot = kv_fp8 and (
         head_dim <= 64 or (block_m < 64 and nvidia) or (gluon and splits == 1)
     )
+    fp8_scores = scores_ok and gluon and splits == 1 and fp8_f16_dot
     return LaunchPlan(
         block_q=block_q,
         block_n=block_n,
@@ -557,10 +571,17 @@ def _plan(
         # at shape 4 (H200, 2026-12-02); DSpark's acceptance with an fp8
         # cache unchanged (160 prompts, 2026-12-02: 3.407 against 3.405
         # tokens per draft with float16 scores).
-        fp8_scores=scores_ok and gluon and splits == 1 and fp8_f16_dot,
+        fp8_scores=fp8_scores,
         max_registers=max_registers,
         transposed=transposed,
         half_rows=half_rows and gluon and splits == 1,
+        # 128-key tiles at 128 rows: against 64-key ones, 8% less time with
+        # 4096-key windows (fp8 shape 4: 76.6 -> 71.0 us), 10% with 4112
+        # keys of full attention, 5% at 3072, as fast at 2048 (3% faster
+        # with two items per program), 4% slower at 1536, 4-10% at 1024,
+        # 18% at 512 (32 and 64 requests x 4 KV heads, 16 queries x 8
+        # heads; H200, Triton 3.7.1, 2026-12-03).
+        wide_tiles=fp8_scores and block_m == 128 and est_span >= 2048,
     )
 
 
@@ -645,18 +666,27 @@ def _announce(
     tma: bool = False,
     fp8_scores: bool = False,
     half_rows: bool = False,
+    wide_tiles: bool = False,
     splits: int = 1,
 ) -> None:
     """Log once per process and kind of launch which kernel runs it (at INFO,
     vLLM's level): where several kernels can serve one model, the log says
     which ones did. The Gluon kernel's line names the switches of its
-    pipeline that are on (``_gluon_pipeline``), the Triton kernel's its
-    key splits. Cached by its arguments: a launch pays a lookup."""
+    pipeline that are on (``_gluon_pipeline``) and keys per tile where they
+    are not 64, the Triton kernel's its key splits. Cached by its
+    arguments: a launch pays a lookup."""
     if kernel == "Gluon":
         pipeline = _gluon_pipeline(
-            rows, kv_fp8=kv_fp8, tma=tma, fp8_scores=fp8_scores, half_rows=half_rows
+            rows,
+            kv_fp8=kv_fp8,
+            tma=tma,
+            fp8_scores=fp8_scores,
+            half_rows=half_rows,
+            wide_tiles=wide_tiles,
         )
         options = sorted(k for k, v in pipeline.items() if v is True)
+        if "block_n" in pipeline:
+            options.append(f"{pipeline['block_n']}-key tiles")
     else:
         options = [f"{splits} key splits"]
     logging.getLogger("vllm.spark2_5_plugin.ops").info(
@@ -678,8 +708,9 @@ def gluon_options(
     (already known for a plan of :func:`plan_launch`, ``own_plan``). The
     pipeline is ``_gluon_pipeline``'s for the tile and the caches; with
     ``plan.fp8_scores`` and an fp8 cache that TMA copies, ``fp8_scores``
-    (q rounded to e4m3 row by row); with ``plan.half_rows`` and 64-row
-    tiles, ``half_rows`` (``block_q // 2`` queries per tile)."""
+    (q rounded to e4m3 row by row), and with ``plan.wide_tiles`` too at
+    128 rows, 128-key tiles; with ``plan.half_rows`` and 64-row tiles,
+    ``half_rows`` (``block_q // 2`` queries per tile)."""
     k_cache, v_cache, scales = kv.k_cache, kv.v_cache, kv.scales
     num_heads, head_dim = q.shape[1], q.shape[2]
     rows = plan.block_q * (num_heads // k_cache.shape[2])
@@ -702,6 +733,7 @@ def gluon_options(
             tma=tma,
             fp8_scores=plan.fp8_scores,
             half_rows=plan.half_rows,
+            wide_tiles=plan.wide_tiles,
         ),
     )
 
@@ -757,6 +789,7 @@ def launch_kernel(
             tma=options.get("tma", False),
             fp8_scores=plan.fp8_scores,
             half_rows=options.get("half_rows", False),
+            wide_tiles=plan.wide_tiles,
         )
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),

@@ -1,0 +1,36 @@
+# Leases of 2026-12-03 (twenty-fifth session), bare H200s with vLLM
+# 0.32.0's Triton 3.7.1 wheel in /tmp/t371. fp8 shape 4 (32 requests x 4
+# KV heads x 4096 keys, 128-row tiles, one program per SM) only.
+export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
+S=benchmarks/results/h200-2026-12-01j/sweep.py
+M=benchmarks/results/h200-2026-12-03m/mma_probe.py
+F128='"warp_specialized":true,"f16_dots":true,"rows":128,"narrow_convert":true,"tma":true,"edge_fence":true,"fp8_scores":true,"split_mma":true,"ring":4,"narrow_tail":true'
+case $1 in
+alone)  # the multiplying side alone (mma_probe.py), launch-like first and last
+  timeout 250 python3 $M 3 fp8 '[{}, {"block_n":128,"ring":2}, {"block_n":128,"ring":2,"mma_regs":200}, {"fp8_pv":true}, {"fp8_pv":true,"block_n":128,"ring":2}, {"overlap":true}, {"overlap":true,"pingpong":true}, {}]' graph 2>&1 | tee $OUT/alone.txt ;;
+shape4)  # the whole kernel: the launch's pipeline against 128-key tiles
+  # (ring 2 + 2 staged; sm_90 stack 48 bytes at 168 registers), the second
+  # multiplying partition at 192 registers, fp8 P V (64- and 128-key
+  # tiles), the overlapped softmax with turns; launch first and last
+  V="[{$F128},{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2},{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2,\"mma_regs\":192},{$F128,\"narrow_tail\":false,\"fp8_pv\":true},{$F128,\"narrow_tail\":false,\"fp8_pv\":true,\"block_n\":128,\"raw_slots\":2},{$F128,\"narrow_tail\":false,\"overlap\":true,\"pingpong\":true},{$F128}]"
+  timeout 300 python3 $S 3 fp8 "$V" graph 2>&1 | tee $OUT/shape4.txt ;;
+tests128)  # the 128-row fp8-scores kernels (128-key tiles now, the 64-key
+  # pipeline beside them) against the reference fed q's e4m3 rows, NaN
+  # outside the windows too, and the public API's Gluon tests
+  timeout 560 python3 -m pytest -q -rf -p no:cacheprovider -m cuda \
+    tests/test_fixed_history_gluon.py tests/test_fixed_history_attention.py -k \
+    "gluon_path or fp8_scores_through or (test_fp8_scores_match and 128rows-fp8-scores) or (test_wait_statistics and 128)" \
+    > $OUT/tests128.log 2>&1
+  echo "tests rc $?"; tail -n 3 $OUT/tests128.log | cut -c1-400 ;;
+shapes128)  # 64- against 128-key tiles at 128-row fp8 shapes around shape 4
+  # (windows of 4096, 4088, 1024, 512 keys; 128 and 256 items), alternating
+  K64="{$F128,\"block_n\":64,\"ring\":4,\"raw_slots\":2}"
+  K128="{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2}"
+  timeout 300 python3 benchmarks/results/h200-2026-12-03m/sweep_shapes.py \
+    '[[32,32768,16,4096,32,4,128],[32,32768,16,4088,32,4,128],[32,32768,16,1024,32,4,128],[32,8192,16,512,32,4,128],[64,8192,16,2048,32,4,128]]' \
+    fp8 "[$K64,$K128,$K64,$K128]" 2>&1 | sed -E 's/\{.warp_specialized.*.narrow_tail.: True, //' | tee $OUT/shapes128.txt ;;
+five8)  # the five shapes, fp8, kernel only (the launch's policy)
+  timeout 300 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
+    --kernel-only --md $OUT/five-fp8.md > $OUT/bench-fp8.txt 2>&1
+  echo "bench rc $?"; cut -c1-200 $OUT/five-fp8.md | grep "|" ;;
+esac
