@@ -452,7 +452,9 @@ def sweep_grid(block_m, head_dim):
 def triton_plan(plan):
     """``plan`` as the Triton kernel runs it: no Gluon kernel, hence none of
     its fp8 scores (``LaunchPlan`` refuses them without it)."""
-    return dataclasses.replace(plan, gluon=False, fp8_scores=False, half_rows=False)
+    return dataclasses.replace(
+        plan, gluon=False, fp8_scores=False, half_rows=False, wide_tiles=False
+    )
 
 
 def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=None):

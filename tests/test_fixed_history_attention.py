@@ -1277,10 +1277,6 @@ if not _IN_CHILD:
         assert plan.gluon, plan
         assert plan.wide_tiles is wide, plan
 
-    def test_wide_tiles_need_fp8_scores():
-        with pytest.raises(ValueError, match="wide_tiles is for the Gluon kernel's"):
-            _plan(16, 64, gluon=True, wide_tiles=True)
-
     def test_bf16_plans_change_only_where_the_gluon_kernel_runs():
         # With a cache in q's dtype, a device that runs the Gluon kernel gets
         # the Triton plan unchanged except where the plan runs Gluon: the
@@ -1538,18 +1534,24 @@ if not _IN_CHILD:
             expected.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
         assert tma == expected
         # ... and with the plan's wide_tiles, at 128 rows, tiles of 128 keys,
-        # a ring of 2 and 2 staged (at 64 rows it changes nothing).
+        # a ring of 2 and 2 staged (at 64 rows, and without fp8 scores, it
+        # changes nothing; a plan stripped of fp8_scores stays valid).
         calls.clear()
         wide = dataclasses.replace(plan, wide_tiles=True)
+        no_scores = dataclasses.replace(wide, fp8_scores=False)
         with (
             mock.patch.object(launch, "gluon_supported", lambda device: True),
             mock.patch.object(gluon_ops, "fixed_history_attention_wgmma", entry),
         ):
-            kv = PagedKV(k, v, bt, ctx, qsl, scales)
-            launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), wide)
+            for cache, chosen in ((k, wide), (odd, wide), (k, no_scores)):
+                kv = PagedKV(cache, v, bt, ctx, qsl, scales)
+                launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), chosen)
+        wide_tma, wide_no_tma, without_scores = calls
+        assert wide_no_tma == no_tma
+        assert without_scores == {**no_tma, "tma": True, "edge_fence": True}
         if rows == 128:
             expected.update(block_n=128, ring=2, raw_slots=2)
-        assert calls == [expected]
+        assert wide_tma == expected
 
     def test_launch_logs_once_which_kernel_runs(caplog):
         # One INFO line per kind of launch and process, naming the kernel,

@@ -77,9 +77,11 @@ class LaunchPlan:
     ``half_rows``: a tile carries ``block_q // 2`` queries (32 rows) and the
     softmax skips its 32 padding rows; for the 32-row tiles that
     :func:`plan_launch` widens to 64 so that the Gluon kernel runs them.
-    ``wide_tiles`` (``fp8_scores`` with 128-row tiles): the Gluon kernel's
-    128-key tiles instead of 64-key ones, for items of about 2048 keys and
-    more (:func:`plan_launch` from its estimate of the keys per item).
+    ``wide_tiles`` (``fp8_scores`` with 128-row tiles; ignored otherwise, so
+    that a plan stripped of its fp8 scores stays valid): the Gluon
+    kernel's 128-key tiles instead of 64-key ones, for items of about 2048
+    keys and more (:func:`plan_launch` from its estimate of the keys per
+    item).
     """
 
     block_q: int  # queries of one request per tile
@@ -157,8 +159,6 @@ class LaunchPlan:
                 f"a persistent grid (programs_per_sm={self.programs_per_sm}) "
                 f"needs num_splits == 1, got num_splits={self.num_splits}"
             )
-        if self.wide_tiles and not self.fp8_scores:
-            raise ValueError("wide_tiles is for the Gluon kernel's fp8 scores")
         if self.half_rows and not (self.gluon and self.block_q >= 2):
             raise ValueError(
                 "half_rows is for the Gluon kernel's tiles of 2 or more queries, "
