@@ -5,7 +5,8 @@
 # alone2.txt), regs (bn128regs.txt, bn128-bf16.txt) on the first machine;
 # tests128, shapes128, five8, wider (shapes128b.txt), edge (edge128.txt)
 # on the second (all with 128-key tiles for every 128-row fp8-scores
-# launch, before the plan's wide_tiles threshold); final on a third.
+# launch, before the plan's wide_tiles threshold); final on a third;
+# issue128 on a fourth.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 S=benchmarks/results/h200-2026-12-01j/sweep.py
 M=benchmarks/results/h200-2026-12-03m/mma_probe.py
@@ -70,4 +71,23 @@ final)  # the landed policy (wide_tiles from 2048 keys per item): the public
   timeout 280 python3 benchmarks/bench_fixed_history_attention.py --kernel-only \
     --md $OUT/five-final.md > $OUT/bench-final.txt 2>&1
   echo "bench rc $?"; cut -c1-200 $OUT/five-final.md | grep "|" ;;
+issue128)  # (with issue128.patch applied: the kernel change it timed,
+  # reverted after) the issuing warp and two converting warps (issue_warp,
+  # the 64-row pipeline's) beside the two multiplying partitions, with TMA
+  # copies of the edge tiles (without them the issuing warp's cp.async
+  # path spills 704 bytes at 128 keys); 168 registers, or 184 at launch
+  # with the second multiplying partition at 200 (8 bytes of stack);
+  # alternating with the launch's, at shape 4 and with 1024-key windows
+  W="{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2}"
+  WI="{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2,\"issue_warp\":true,\"edge_tma\":true}"
+  WIR="{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2,\"issue_warp\":true,\"edge_tma\":true,\"maxnreg\":184,\"mma_regs\":200}"
+  N="{$F128,\"ring\":4,\"raw_slots\":2}"
+  NI="{$F128,\"ring\":4,\"raw_slots\":2,\"issue_warp\":true,\"edge_tma\":true}"
+  NIR="{$F128,\"ring\":4,\"raw_slots\":2,\"issue_warp\":true,\"edge_tma\":true,\"maxnreg\":184,\"mma_regs\":200}"
+  timeout 250 python3 benchmarks/results/h200-2026-12-03m/sweep_shapes.py \
+    '[[32,32768,16,4096,32,4,128]]' fp8 "[$W,$WI,$WIR,$W,$WI,$WIR,$N,$NI,$NIR]" 2>&1 \
+    | tee $OUT/issue128.txt
+  timeout 150 python3 benchmarks/results/h200-2026-12-03m/sweep_shapes.py \
+    '[[32,32768,16,1024,32,4,128]]' fp8 "[$N,$NI,$NIR,$N,$NI,$NIR]" 2>&1 \
+    | tee -a $OUT/issue128.txt ;;
 esac
