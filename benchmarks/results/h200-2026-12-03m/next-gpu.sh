@@ -6,7 +6,7 @@
 # tests128, shapes128, five8, wider (shapes128b.txt), edge (edge128.txt)
 # on the second (all with 128-key tiles for every 128-row fp8-scores
 # launch, before the plan's wide_tiles threshold); final on a third;
-# issue128 on a fourth.
+# issue128 on a fourth; ncu128 on a fifth.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 S=benchmarks/results/h200-2026-12-01j/sweep.py
 M=benchmarks/results/h200-2026-12-03m/mma_probe.py
@@ -90,4 +90,14 @@ issue128)  # (with issue128.patch applied: the kernel change it timed,
   timeout 150 python3 benchmarks/results/h200-2026-12-03m/sweep_shapes.py \
     '[[32,32768,16,1024,32,4,128]]' fp8 "[$N,$NI,$NIR,$N,$NI,$NIR]" 2>&1 \
     | tee -a $OUT/issue128.txt ;;
+ncu128)  # one launch of the landed 128-key pipeline at fp8 shape 4 under
+  # Nsight Compute, clocks left alone (as the twenty-third session's
+  # ncu-fp8-shape4.txt of the 64-key pipeline, results/h200-2026-12-03j)
+  secs="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats"
+  G="{$F128,\"block_n\":128,\"ring\":2,\"raw_slots\":2}"
+  timeout 240 ncu --clock-control none -k regex:fixed_history_ws_kernel --launch-skip 3 \
+    --launch-count 1 $secs python3 $S 3 fp8 "[$G]" > $OUT/ncu-fp8-shape4-wide.txt 2>&1
+  echo "ncu rc $?"
+  grep -E "Duration|Busy|Issued|Eligible|Pipe|Stall|Registers|Achieved Occ|Executed Ipc" \
+    $OUT/ncu-fp8-shape4-wide.txt | head -40 ;;
 esac
