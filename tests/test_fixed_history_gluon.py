@@ -579,21 +579,25 @@ def _no_spills(code):
     return code.stack_bytes <= (0 if triton.__version__.startswith("3.7") else 16)
 
 
-@pytest.mark.parametrize("rows", [64, 128])
-def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
+@pytest.mark.parametrize("rows,wide", [(64, False), (128, False), (128, True)])
+def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows, wide):
     # fp8_pv (with fp8_scores): both MMAs 8-bit (QGMMA: 4 for S and 2 for
-    # P V per 64-row partition at D = 128 and 64-key tiles, no float16
-    # one), no e4m3 -> float16 conversion left, V's ring buffers in e4m3
-    # (less shared memory than fp8_scores alone); with the launch's
-    # fp8_scores options (but for the issuing warp, whose converting warps
-    # do not transpose, and the edge tiles' TMA copies, whose keys outside
-    # the window only a conversion zeroes) within its registers, without
-    # spills under Triton 3.7.
+    # P V per 64-row partition at D = 128 and 64-key tiles, 4 for P V with
+    # the 128-row pipeline's 128-key tiles, wide; no float16 one), no e4m3
+    # -> float16 conversion left, V's ring buffers in e4m3 (less shared
+    # memory than fp8_scores alone); with the launch's fp8_scores options
+    # (but for the issuing warp, whose converting warps do not transpose,
+    # and the edge tiles' TMA copies, whose keys outside the window only a
+    # conversion zeroes) within its registers, without spills under Triton
+    # 3.7 (128-key tiles: within their stack).
+    import triton
+
     scores, pv, maxnreg = _without_and_with(
-        "fp8_pv", rows, issue_warp=False, edge_tma=False
+        "fp8_pv", rows, wide=wide, issue_warp=False, edge_tma=False
     )
     parts = rows // 64
-    assert pv.count("QGMMA") == 6 * parts, pv.instructions
+    pv_mmas = 4 if wide else 2
+    assert pv.count("QGMMA") == (4 + pv_mmas) * parts, pv.instructions
     assert pv.count("HGMMA") == 0, pv.instructions
     assert (
         pv.count("F2FP.F16.E4M3.UNPACK_B") == 0 < scores.count("F2FP.F16.E4M3.UNPACK_B")
@@ -604,7 +608,24 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows):
     # no ldmatrix (whose reads of keys 16 apart were 4-way conflicted).
     assert pv.count("LDSM.16.M88.4") == 0, pv.instructions
     assert pv.count("LDS.128") >= 4 and pv.count("STS") >= 16, pv.instructions
-    assert pv.registers <= maxnreg and _no_spills(pv)
+    assert pv.registers <= maxnreg
+    if not wide:
+        assert _no_spills(pv), pv.stack_bytes
+    elif triton.__version__.startswith("3.7"):
+        assert pv.stack_bytes <= _STACK_128_KEYS, pv.stack_bytes
+
+
+def test_fp8_pv_is_refused_where_it_does_not_apply():
+    fp8 = {"tma": True, "f16_dots": True, "fp8_pv": True}
+    for options in (
+        {},  # no fp8 scores
+        {"fp8_scores": True, "overlap": True},
+        {"fp8_scores": True, "block_n": 32},
+    ):
+        _refused(
+            "fp8_pv needs", torch.float8_e4m3fn, warp_specialized=True,
+            **fp8, **options,
+        )  # fmt: skip
 
 
 def _assigned_names(statements):
@@ -1344,6 +1365,15 @@ _KERNELS = {
         "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
+        "f16_dots": True,
+        "fp8_pv": True,
+        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
+        "narrow_tail": False,  # (the default loop's, with V converted)
+    },
+    "ws-128rows-fp8-pv-wide": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
         "f16_dots": True,
         "fp8_pv": True,
         "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)

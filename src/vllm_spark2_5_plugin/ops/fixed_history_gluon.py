@@ -2418,10 +2418,11 @@ def fixed_history_attention_wgmma(
     into the ring, only V converted to float16 by the loader (shared memory
     per program: q in e4m3, ``ring`` e4m3 K and float16 V tiles, and
     ``raw_slots`` staged V tiles). ``fp8_pv`` (``fp8_scores``, not
-    ``overlap``, 64-key tiles; changes the numerics further): ``O += P V`` on fp8 tensor
-    cores as well, the softmax weights times 2^8 rounded to e4m3 and V's
-    e4m3 tiles transposed into the ring by the loader instead of converted
-    (e4m3 V tiles in the ring: half the shared memory). ``edge_fence``
+    ``overlap``, 64- or 128-key tiles; changes the numerics further):
+    ``O += P V`` on fp8 tensor cores as well, the softmax weights times
+    2^8 rounded to e4m3 and V's e4m3 tiles transposed into the ring by the
+    loader instead of converted (e4m3 V tiles in the ring: half the shared
+    memory). ``edge_fence``
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
     ``half_rows`` (warp-specialized, 64 rows, one multiplying partition, not
@@ -2481,8 +2482,10 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
         )
-    if fp8_pv and not (fp8_scores and not overlap and block_n == 64):
-        raise ValueError("fp8_pv needs fp8_scores=True, overlap=False and block_n=64")
+    if fp8_pv and not (fp8_scores and not overlap and block_n in (64, 128)):
+        raise ValueError(
+            "fp8_pv needs fp8_scores=True, overlap=False and block_n 64 or 128"
+        )
     if issue_warp and not (fp8_scores and not fp8_pv and not split_mma):
         raise ValueError(
             "issue_warp needs fp8_scores=True, fp8_pv=False and split_mma=False"
