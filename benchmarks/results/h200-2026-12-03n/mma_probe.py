@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared,
     mbarrier,
     warpgroup_mma,
     warpgroup_mma_wait,
@@ -54,7 +55,7 @@ def _signal_partition(
 
 @gluon.jit
 def _parts_partition(
-    q_smem, k_smem, v_smem, ready, empty, context_lens_ptr,
+    q_smem, k_smem, v_smem, ones_smem, ready, empty, context_lens_ptr,
     query_start_loc_ptr, out_ptr, window, num_reqs,
     NUM_KV_HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr, NUM_BUF: gl.constexpr,
@@ -65,14 +66,17 @@ def _parts_partition(
     float16, O += P V; no softmax), 2 the softmax alone (on scores made in
     registers, no MMA), 3 both (as the product's loop, without the
     narrow tail), 4 both with the softmax's 2^x taken as x / 2 + 1 (no
-    MUFU), 5 both with that softmax written out (as 3). q is not loaded
-    (whatever q_smem holds)."""
+    MUFU), 5 both with that softmax written out (as 3), 6 as 5 with the
+    row sums by the tensor cores (P times a tile of ones, 8 columns, beside
+    P V: no FADD chain). q is not loaded (whatever q_smem holds)."""
     dtype: gl.constexpr = v_smem.dtype
     M: gl.constexpr = q_smem.shape[0]
     it = 0
     m_i, l_i, acc = G._softmax_init(M, BLOCK_N, HEAD_DIM, 4, 16)
     row_scale = gl.full([M], 1.0, gl.float32, m_i.type.layout)
     s_layout: gl.constexpr = G._mma_layout(BLOCK_N, 4, 32)
+    l_layout: gl.constexpr = G._mma_layout(8, 4)
+    acc_l = gl.zeros([M, 8], gl.float32, l_layout)
     for item in range(gl.program_id(0), num_reqs * NUM_KV_HEADS, gl.num_programs(0)):
         _, _, _, num_q, first, lo, hi, n_tiles = G._item_range(
             item, context_lens_ptr, query_start_loc_ptr, window, HAS_WINDOW,
@@ -105,7 +109,13 @@ def _parts_partition(
                         alpha = gl.exp2(m_i - m_new)
                         x = s * gl.expand_dims(row_scale, 1) - gl.expand_dims(m_new, 1)
                         p = x * 0.5 + 1.0 if PARTS == 4 else gl.exp2(x)
-                        l_i = l_i * alpha + gl.sum(p, axis=1)
+                        if PARTS == 6:
+                            alpha_l = gl.convert_layout(
+                                alpha, gl.SliceLayout(1, l_layout)
+                            )
+                            acc_l = acc_l * gl.expand_dims(alpha_l, 1)
+                        else:
+                            l_i = l_i * alpha + gl.sum(p, axis=1)
                         m_i = m_new
                         p_op = gl.convert_layout(
                             p.to(dtype),
@@ -129,12 +139,25 @@ def _parts_partition(
                             s, m_i, l_i, acc, start, lo, hi, row_scale, dtype
                         )
                     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                    if PARTS == 6:
+                        p_l = gl.convert_layout(
+                            p_op,
+                            gl.DotOperandLayout(
+                                operand_index=0, parent=l_layout, k_width=2
+                            ),
+                        )
+                        acc_l = warpgroup_mma(p_l, ones_smem, acc_l, is_async=True)
+                        acc, acc_l = warpgroup_mma_wait(
+                            num_outstanding=0, deps=(acc, acc_l)
+                        )
+                    else:
+                        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 mbarrier.arrive(empty.index(buf), count=1)
                 it += 1
     offs = gl.arange(0, M, layout=gl.SliceLayout(1, acc.type.layout))
     rows_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     r = gl.sum(acc, axis=1) + gl.convert_layout(l_i, rows_o)
+    r = r + gl.convert_layout(gl.sum(acc_l, axis=1), rows_o)
     gl.store(out_ptr + gl.program_id(0) * M + offs, r.to(out_ptr.dtype.element_ty))
 
 
@@ -194,12 +217,21 @@ def mma_only_kernel(
             mbarrier.init(turn.index(i), count=1)
         mbarrier.arrive(turn.index(0), count=1)
     if PARTS > 0:
+        # PARTS 6: a [BLOCK_N, 8] tile of ones, the B operand of the row sums
+        ones_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
+        ones_smem = gl.allocate_shared_memory(
+            dtype,
+            [BLOCK_N, 8],
+            G._tile_smem([BLOCK_N, 8], dtype),
+            gl.full([BLOCK_N, 8], 1.0, dtype, ones_layout),
+        )
+        fence_async_shared()
         gl.warp_specialize(
             [
                 (
                     _parts_partition,
                     (
-                        q_smem.index(0), k_smem, v_smem, ready, empty,
+                        q_smem.index(0), k_smem, v_smem, ones_smem, ready, empty,
                         context_lens_ptr, query_start_loc_ptr, out_ptr, window,
                         num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, NUM_BUF, PAGE_SIZE, PARTS,
@@ -208,7 +240,7 @@ def mma_only_kernel(
                 (
                     _parts_partition,
                     (
-                        q_smem.index(1), k_smem, v_smem, ready, empty,
+                        q_smem.index(1), k_smem, v_smem, ones_smem, ready, empty,
                         context_lens_ptr, query_start_loc_ptr, out_ptr, window,
                         num_reqs, NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, NUM_BUF, PAGE_SIZE, PARTS,

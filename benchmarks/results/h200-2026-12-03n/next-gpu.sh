@@ -10,7 +10,11 @@
 # session's start, git show 651f4e1:src/vllm_spark2_5_plugin/ops/
 # fixed_history_gluon.py, not kept here); pv128 and ncuw (fp8_pv taking
 # 128-key tiles, as landed); ovpv; psmem (both with psmem-ovpv.patch
-# applied, which mma_probe.py's p_smem argument needs); parts; mufu.
+# applied, which mma_probe.py's p_smem argument needs); parts; mufu;
+# sums (psmem-ovpv.patch applied by the step; sums.txt: parts 6 faulted
+# with an illegal memory access on its first launch, leaving the context
+# unusable for the rest - not debugged, the session's device time spent).
+# The patches apply to the module as committed in 66082a1.
 # ncu-samples.txt: the warp samples of the two Nsight Compute reports per
 # partition (from their SASS pages, 1.1 MB each, not kept).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
@@ -104,4 +108,10 @@ parts)  # the key loop's parts alone (mma_probe.py's parts: 1 the MMAs,
   timeout 250 python3 $M 3 fp8 "[{$A,\"parts\":1},{$A,\"parts\":2},{$A,\"parts\":3},{$A,\"parts\":4},{$A,\"parts\":5},{$A},{$A,\"parts\":1},{$A,\"parts\":2},{$A,\"parts\":3},{$A,\"parts\":4},{$A,\"parts\":5},{$A}]" graph 2>&1 | tee $OUT/parts.txt ;;
 mufu)  # the SM's rate of exponentials (mufu_rate.py)
   timeout 120 python3 benchmarks/results/h200-2026-12-03n/mufu_rate.py 2>&1 | tee $OUT/mufu.txt ;;
+sums)  # the row sums by the tensor cores (mma_probe.py's parts 6: P times
+  # a 128 x 8 tile of ones beside P V) against the softmax written out
+  # (parts 5), alternating
+  patch -p1 -s < benchmarks/results/h200-2026-12-03n/psmem-ovpv.patch || exit 4
+  A='"block_n":128,"ring":2,"narrow_tail":false'
+  timeout 200 python3 $M 3 fp8 "[{$A,\"parts\":5},{$A,\"parts\":6},{$A,\"parts\":5},{$A,\"parts\":6},{$A}]" graph 2>&1 | tee $OUT/sums.txt ;;
 esac
