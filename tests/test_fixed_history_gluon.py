@@ -472,7 +472,6 @@ def test_narrow_tail_multiplies_an_items_last_keys_as_a_16_key_tile(rows, wide):
     # values per thread of two warps), 2 more reads and 4 more stores of
     # them. Within the launch's registers, without spills under Triton 3.7
     # (128-key tiles, wide: within their stack; 3.9 keeps 200 bytes there).
-
     without, with_, cap = _without_and_with("narrow_tail", rows, wide=wide)
     parts = rows // 64
     assert with_.count("QGMMA") == without.count("QGMMA") + 4 * parts
@@ -598,7 +597,6 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows, wide):
     # and the edge tiles' TMA copies, whose keys outside the window only a
     # conversion zeroes) within its registers, without spills under Triton
     # 3.7 (128-key tiles: within their stack).
-
     scores, pv, maxnreg = _without_and_with(
         "fp8_pv", rows, wide=wide, issue_warp=False, edge_tma=False
     )
