@@ -6,7 +6,8 @@
 # tree holding turns-lazy.patch: h200-2026-12-03n's turns.patch and the
 # lazy maxima, lazy_max); parts, slots, nosoftmax (lease 3, the working
 # tree holding leave-out.patch); issue, issue2 (lease 4, the working tree
-# holding split-issue-warp.patch). The patches apply to the module as of
+# holding split-issue-warp.patch); lead (lease 5, lead-warp.patch). The
+# patches apply to the module as of
 # 560138a; none is in the product.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04a
@@ -78,4 +79,12 @@ issue2)  # (run as two commands after issue) the failures' cause
   timeout 100 python3 $S 3 fp8 "[{$I,\"maxnreg\":152},{$I,\"maxnreg\":152,\"convert_warps\":2},{$I,\"maxnreg\":184,\"convert_warps\":2}]" graph 2>&1 | cut -c1-300 | tee $OUT/issue-err.txt
   J="$F128,\"issue_warp\":true,\"edge_tma\":true"
   timeout 200 python3 $S 3 fp8 "[{$F128},{$J,\"maxnreg\":128,\"convert_warps\":4,\"mma_regs\":200,\"worker_regs\":88,\"issue_regs\":64},{$J,\"maxnreg\":128,\"convert_warps\":4,\"mma_regs\":184,\"worker_regs\":96,\"issue_regs\":64},{$J,\"maxnreg\":168,\"convert_warps\":3,\"mma_regs\":200,\"worker_regs\":88,\"issue_regs\":64},{$F128}]" graph 2>&1 | cut -c1-200 | tee $OUT/issue2.txt ;;
+lead)  # (lease 5, the working tree holding lead-warp.patch) the fp8
+  # loader's TMA copies of interior tiles issued by its first warp alone,
+  # the other three skipping their address arithmetic (PROBE_LEAD=1; the
+  # branch is not uniform to ptxas: 239 R2UR instead of 99, 144 bytes of
+  # stack instead of 48), against the launch's pipeline, alternating
+  for round in 1 2; do for e in "" "PROBE_LEAD=1"; do
+    env $e timeout 60 python3 $S 3 fp8 "[{$F128}]" graph 2>&1 | cut -c1-30 | sed "s/^/[$e] /"
+  done; done 2>&1 | tee $OUT/lead.txt ;;
 esac
