@@ -45,8 +45,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
 from vllm_spark2_5_plugin.ops import fixed_history_gluon as G  # noqa: E402
 from vllm_spark2_5_plugin.ops.fixed_history_launch import sm_count  # noqa: E402
 
-TRACE_FROM = 8
-TRACE_TILES = 16
+TRACE_FROM = gl.constexpr(8)
+TRACE_TILES = gl.constexpr(16)
 
 
 @gluon.jit
@@ -127,8 +127,9 @@ def _stamp(trace_ptr, t, i: gl.constexpr, ME: gl.constexpr, TRACE: gl.constexpr)
     """clock64 as stamp ``i`` of tile ``t`` (program 0, tiles TRACE_FROM ..)."""
     if TRACE:
         c = G._clock()
-        if (gl.program_id(0) == 0) & (t >= 8) & (t < 24):
-            gl.store(trace_ptr + ((ME * 16 + t - 8) * 5 + i), c)
+        tile = t - TRACE_FROM
+        if (gl.program_id(0) == 0) & (tile >= 0) & (tile < TRACE_TILES):
+            gl.store(trace_ptr + ((ME * TRACE_TILES + tile) * 5 + i), c)
 
 
 @gluon.jit
@@ -413,13 +414,13 @@ def loop_probe(ctx, qsl, window, num_kv_heads, group, head_dim, out, trace, *,
 def show_trace(trace):
     """Program 0's stamps relative to partition 0's first, per tile: ring
     wait start / S issued / softmax start / P V issued / P V done."""
-    t = trace.view(2, TRACE_TILES, 5).cpu()
+    t = trace.view(2, TRACE_TILES.value, 5).cpu()
     t0 = int(t[t > 0].min())
-    for tile in range(TRACE_TILES):
+    for tile in range(TRACE_TILES.value):
         row = []
         for me in range(2):
             row.append(" ".join(f"{int(c) - t0:7d}" for c in t[me, tile]))
-        print(f"  tile {TRACE_FROM + tile:2d}  p0 {row[0]}  |  p1 {row[1]}")
+        print(f"  tile {TRACE_FROM.value + tile:2d}  p0 {row[0]}  |  p1 {row[1]}")
 
 
 def main():
@@ -441,7 +442,9 @@ def main():
             print(f"  key loop {t:7.1f} us  {var}", flush=True)
     if tracing:
         for var in variants:
-            trace = torch.zeros(2 * TRACE_TILES * 5, dtype=torch.int64, device=q.device)
+            trace = torch.zeros(
+                2 * TRACE_TILES.value * 5, dtype=torch.int64, device=q.device
+            )
             for _ in range(3):
                 loop_probe(ctx, qsl, W, nKV, nH // nKV, D, out, trace, **var)
             torch.cuda.synchronize()
