@@ -247,14 +247,16 @@ def _e4m3_rows(q):
     return q8.double() * (row_max.double() / 448.0)
 
 
-def _e4m3_pow2_rows(q):
+def _e4m3_pow2_rows(q, top=8):
     """q as the Gluon kernel's ``fp8_scores`` rounds it, in float64: each
     (token, head) row times the power of two that puts its largest
-    magnitude in [128, 256), rounded to e4m3, and scaled back."""
+    magnitude in [2^(top - 1), 2^top) ([128, 256); with its
+    ``packed_softmax``, ``top`` 0: [0.5, 1)), rounded to e4m3, and scaled
+    back."""
     qf = q.double()
     row_max = qf.abs().amax(-1, keepdim=True)
     _, exponent = torch.frexp(torch.where(row_max > 0, row_max, 1.0))
-    pow2 = torch.ldexp(torch.ones_like(row_max), 8 - exponent)
+    pow2 = torch.ldexp(torch.ones_like(row_max), top - exponent)
     return (qf * pow2).to(torch.float8_e4m3fn).double() / pow2
 
 
@@ -1534,8 +1536,10 @@ if not _IN_CHILD:
             expected.update(ring=3, raw_slots=3, issue_warp=True, edge_tma=True)
         assert tma == expected
         # ... and with the plan's wide_tiles, at 128 rows, tiles of 128 keys,
-        # a ring of 2 and 2 staged (at 64 rows, and without fp8 scores, it
-        # changes nothing; a plan stripped of fp8_scores stays valid).
+        # a ring of 2 and 2 staged, the softmax on float16 pairs with the
+        # second multiplying partition at 200 registers (at 64 rows, and
+        # without fp8 scores, it changes nothing; a plan stripped of
+        # fp8_scores stays valid).
         calls.clear()
         wide = dataclasses.replace(plan, wide_tiles=True)
         no_scores = dataclasses.replace(wide, fp8_scores=False)
@@ -1550,7 +1554,9 @@ if not _IN_CHILD:
         assert wide_no_tma == no_tma
         assert without_scores == {**no_tma, "tma": True, "edge_fence": True}
         if rows == 128:
-            expected.update(block_n=128, ring=2, raw_slots=2)
+            expected.update(
+                block_n=128, ring=2, raw_slots=2, packed_softmax=True, mma_regs=200
+            )
         assert wide_tma == expected
 
     def test_launch_logs_once_which_kernel_runs(caplog):
@@ -1595,7 +1601,8 @@ if not _IN_CHILD:
 
     def test_launch_log_names_the_128_row_fp8_scores_tiles(caplog):
         # The 128-row fp8-scores pipeline's line names its 128-key tiles
-        # (wide_tiles; the other pipelines' tiles have 64 keys, left unsaid).
+        # and packed softmax (wide_tiles; the other pipelines' tiles have 64
+        # keys, left unsaid).
         from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
 
         launch._announce.cache_clear()
@@ -1606,8 +1613,8 @@ if not _IN_CHILD:
             launch._announce("Gluon", 128, True, tma=True, fp8_scores=True)
         assert [r.getMessage() for r in caplog.records] == [
             "fixed-history attention: Gluon kernel, 128-row tiles, fp8 cache "
-            "(edge_fence, fp8_scores, narrow_convert, narrow_tail, split_mma, "
-            "tma, 128-key tiles)",
+            "(edge_fence, fp8_scores, narrow_convert, narrow_tail, "
+            "packed_softmax, split_mma, tma, 128-key tiles)",
             "fixed-history attention: Gluon kernel, 128-row tiles, fp8 cache "
             "(edge_fence, fp8_scores, narrow_convert, narrow_tail, split_mma, "
             "tma)",
@@ -2150,6 +2157,18 @@ if not _IN_CHILD:
             [(i * 211) % 3000 for i in range(30)],
             [16] * 28 + [20, 9],
             300,
+            32,
+            4,
+            128,
+            16,
+        ),
+        # ... over windows of 2100 keys: the fp8 plan's 128-key tiles and
+        # packed softmax (wide_tiles); some requests shorter than the
+        # window, one item ending in a tile of at most 16 keys.
+        "rows128_gqa8_wide": Case(
+            [(i * 523) % 6000 + 100 for i in range(29)] + [2084],
+            [16] * 28 + [20, 16],
+            2100,
             32,
             4,
             128,

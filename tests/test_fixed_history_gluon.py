@@ -74,6 +74,8 @@ def _compile(
     half_rows=False,
     edge_tma=False,
     narrow_tail=False,
+    packed_softmax=False,
+    mma_regs=None,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -146,6 +148,8 @@ def _compile(
                 half_rows=half_rows,
                 edge_tma=edge_tma,
                 narrow_tail=narrow_tail,
+                packed_softmax=packed_softmax,
+                **({} if mma_regs is None else {"mma_regs": mma_regs}),
             )
         )
     signature.update({name: "constexpr" for name in constants})
@@ -378,6 +382,29 @@ def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
     assert fp8.shared_bytes <= 227 * 1024 // (2 if rows == 64 else 1)
 
 
+def test_packed_softmax_weighs_float16_scores_two_at_a_time():
+    # packed_softmax (the launch's 128-row pipeline with 128-key tiles): S
+    # accumulated in float16 by the fp8 MMAs, the exponents by float16
+    # fused multiply-adds and MUFU.EX2.F16, the tile's maxima and sums on
+    # float16 pairs; the narrow tail keeps float32 scores; the whole tile's
+    # body twice (tiles with keys to mask and the others), so QGMMA and
+    # HGMMA double but for the tail's. No spills at the launch's registers,
+    # and the MMAs not serialized: one wait per batch of MMAs (ptxas waits
+    # after every MMA where registers of one are read before its wait).
+    without, with_, cap = _without_and_with("packed_softmax", 128, wide=True)
+    assert without.count("HFMA2") == without.count("MUFU.EX2.F16") == 0
+    # (64 scores per thread and tile: 32 pairs, in 2 copies x 2 partitions)
+    assert with_.count("HFMA2") >= 2 * 2 * 32, with_.instructions
+    assert with_.count("MUFU.EX2.F16") >= 2 * 2 * 64, with_.instructions
+    assert with_.count("FFMA") < without.count("FFMA"), with_.instructions
+    tail_q, tail_h = 4 * 2, 1 * 2  # (two partitions; 16 keys: 1 HGMMA)
+    for op, tail in (("QGMMA", tail_q), ("HGMMA", tail_h)):
+        assert with_.count(op) == 2 * without.count(op) - tail, (op, with_.instructions)
+    mmas = with_.count("QGMMA") + with_.count("HGMMA")
+    assert with_.count("WARPGROUP.DEPBAR") < mmas // 2, with_.instructions
+    assert with_.registers <= cap and _no_spills(with_), with_.stack_bytes
+
+
 def test_issue_warp_takes_the_copies_out_of_the_converting_warps():
     # issue_warp: the fp8-scores kernel with a 1-warp partition that issues
     # the copies and a 2-warp one that converts V (8 warps in all, as
@@ -596,10 +623,12 @@ def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows, wide):
     # (but for the issuing warp, whose converting warps do not transpose,
     # and the edge tiles' TMA copies, whose keys outside the window only a
     # conversion zeroes) within its registers, without spills under Triton
-    # 3.7 (128-key tiles: within their stack).
+    # 3.7 (128-key tiles: within their stack; float32 scores, as 8-bit
+    # weights need).
     scores, pv, maxnreg = _without_and_with(
-        "fp8_pv", rows, wide=wide, issue_warp=False, edge_tma=False
-    )
+        "fp8_pv", rows, wide=wide, issue_warp=False, edge_tma=False,
+        packed_softmax=False, mma_regs=168,
+    )  # fmt: skip
     parts = rows // 64
     pv_mmas = 4 if wide else 2
     assert pv.count("QGMMA") == (4 + pv_mmas) * parts, pv.instructions
@@ -1268,13 +1297,22 @@ _KERNELS = {
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
-    # ... with 128-key tiles, a ring of 2 and 2 staged (wide_tiles: the
-    # launch's for items of 2048 keys and more).
+    # ... with 128-key tiles, a ring of 2 and 2 staged and the softmax on
+    # float16 pairs (wide_tiles: the launch's for items of 2048 keys and
+    # more), and with float32 scores.
     "ws-128rows-fp8-scores-wide": {
         "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
         "f16_dots": True,
+    },
+    "ws-128rows-fp8-scores-wide-float32": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
+        "f16_dots": True,
+        "packed_softmax": False,
+        "mma_regs": 168,
     },
     # ... with the edge tiles copied by TMA too (edge_tma, the 64-row
     # pipeline's; slower at 128 rows, 64- and 128-key tiles alike).
@@ -1377,6 +1415,7 @@ _KERNELS = {
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
         "f16_dots": True,
+        "packed_softmax": False,  # (float32 scores: 8-bit weights)
         "fp8_pv": True,
         "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
         "narrow_tail": False,  # (the default loop's, with V converted)
@@ -1401,6 +1440,15 @@ _KERNELS = {
         "pingpong": True,
         "ring": 6,
         "raw_slots": 4,
+    },
+    # The softmax on float16 pairs of float16 scores (packed_softmax, the
+    # launch's with 128-key tiles at 128 rows: ws-128rows-fp8-scores-wide),
+    # q rounded to e4m3 from [0.5, 1), in the 64-row fp8-scores pipeline.
+    "ws-fp8-packed-softmax-half-rows": {
+        "warp_specialized": True,
+        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
+        "f16_dots": True,
+        "packed_softmax": True,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
@@ -1484,7 +1532,8 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     torch.cuda.synchronize()
     fp8_scores = _KERNELS[kernel].get("fp8_scores", False)
     fp8_pv = _KERNELS[kernel].get("fp8_pv", False)
-    q_ref = _e4m3_pow2_rows(q) if fp8_scores else q
+    packed = _KERNELS[kernel].get("packed_softmax", False)
+    q_ref = _e4m3_pow2_rows(q, 0 if packed else 8) if fp8_scores else q
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
     what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"

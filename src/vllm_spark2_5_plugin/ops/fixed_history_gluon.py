@@ -386,14 +386,15 @@ def _row_ptrs(
 
 @gluon.jit
 def _softmax_step(
-    s, m_i, l_i, acc, key_start, lo, hi, score_scale, dtype: gl.constexpr
-):
+    s, m_i, l_i, acc, key_start, lo, hi, score_scale, dtype: gl.constexpr,
+    EDGE: gl.constexpr = None,
+):  # fmt: skip
     """One online-softmax update (base 2) with the scores ``s`` of keys
-    ``key_start ..`` (those outside ``lo .. hi - 1`` masked): the new row
-    maxima and sums, ``acc`` rescaled, and the weights P as the A operand of
-    ``P V``. Every tile holds a valid key."""
+    ``key_start ..`` (those outside ``lo .. hi - 1`` masked; ``EDGE``: see
+    ``_mask_keys``): the new row maxima and sums, ``acc`` rescaled, and the
+    weights P as the A operand of ``P V``. Every tile holds a valid key."""
     p_op, m_new, l_i, alpha_o = _softmax_weights(
-        s, m_i, l_i, key_start, lo, hi, score_scale, dtype, acc.type.layout
+        s, m_i, l_i, key_start, lo, hi, score_scale, dtype, acc.type.layout, EDGE
     )
     return p_op, m_new, l_i, _rescale_rows(acc, alpha_o)
 
@@ -443,25 +444,48 @@ def _edge_tile(start, lo, hi, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _mask_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr):
+def _mask_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr, EDGE: gl.constexpr = None):
     """The scores ``s`` of keys ``key_start ..`` (along ``KEY_AXIS``) with
     those outside ``lo .. hi - 1`` set to -inf. Only the last tile has keys
     to mask, and the first where the tiles start at a page boundary before
-    lo."""
+    lo: ``EDGE`` ``None`` tests for them, ``True`` masks, ``False`` (the
+    caller knows the tile has none) leaves ``s`` as it is."""
     BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
-    if _edge_tile(key_start, lo, hi, BLOCK_N):
-        keys = key_start + gl.arange(
-            0, BLOCK_N, layout=gl.SliceLayout(1 - KEY_AXIS, s.type.layout)
-        )
-        valid = (keys >= lo) & (keys < hi)
-        s = gl.where(gl.expand_dims(valid, 1 - KEY_AXIS), s, float("-inf"))
+    if EDGE is not None:
+        if EDGE:
+            s = _masked_keys(s, key_start, lo, hi, KEY_AXIS)
+    elif _edge_tile(key_start, lo, hi, BLOCK_N):
+        s = _masked_keys(s, key_start, lo, hi, KEY_AXIS)
     return s
+
+
+@gluon.jit
+def _masked_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr):
+    """``_mask_keys`` without the test."""
+    BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
+    keys = key_start + gl.arange(
+        0, BLOCK_N, layout=gl.SliceLayout(1 - KEY_AXIS, s.type.layout)
+    )
+    valid = gl.expand_dims((keys >= lo) & (keys < hi), 1 - KEY_AXIS)
+    if s.dtype == gl.float16:
+        # By the bits of each register's two values (the scores of keys
+        # outside the window may be NaN: e4m3 bytes copied from any page):
+        # (s & keep) | fill, fill the bits of -inf (0xfc00) where masked.
+        keep = gl.where(valid, -1, 0).to(gl.int16).to(gl.float16, bitcast=True)
+        fill = gl.where(valid, 0, -1024).to(gl.int16).to(gl.float16, bitcast=True)
+        return _packed_asm(
+            "{ .reg .b32 t; and.b32 t, $1, $2; or.b32 $0, t, $3; }",
+            s,
+            keep,
+            fill,
+        )
+    return gl.where(valid, s, float("-inf"))
 
 
 @gluon.jit
 def _softmax_weights(
     s, m_i, l_i, key_start, lo, hi, score_scale, dtype: gl.constexpr,
-    o_layout: gl.constexpr,
+    o_layout: gl.constexpr, EDGE: gl.constexpr = None,
 ):  # fmt: skip
     """``_softmax_step`` without touching the output: the weights P, the new
     row maxima and sums, and the factor ``alpha`` (in the rows of
@@ -476,7 +500,9 @@ def _softmax_weights(
     # Scores of 8-bit MMAs (FP8_SCORES) in the 16-bit MMAs' layout: the same
     # threads hold the same values, the conversion only renames the layout.
     s = gl.convert_layout(s, m_i.type.layout.parent)
-    s = _mask_keys(s, key_start, lo, hi, 1)
+    s = _mask_keys(s, key_start, lo, hi, 1, EDGE)
+    if s.dtype == gl.float16:
+        return _packed_weights(s, m_i, l_i, score_scale, dtype, o_layout, HALF)
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
@@ -501,6 +527,76 @@ def _softmax_weights(
         alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
         p_op = gl.convert_layout(p, p_layout)
     return p_op, m_new, l_i, alpha_o
+
+
+@gluon.jit
+def _packed_weights(
+    s, m_i, l_i, score_scale, dtype: gl.constexpr, o_layout: gl.constexpr,
+    HALF: gl.constexpr,
+):  # fmt: skip
+    """``_softmax_weights`` of float16 scores (``PACKED_SOFTMAX``), two
+    values per instruction: the tile's row maxima in float16 (exact), the
+    exponents ``s * scale - m`` by float16 fused multiply-adds and
+    ``ex2.approx.f16x2``, the tile's row sums by float16 additions down to
+    8 columns (``_packed_row_sums``). The running maxima and sums stay
+    float32, the maxima rounded to float16: the values the exponents
+    subtract, so that ``alpha`` rescales exactly what they weighed."""
+    m_tile = gl.max(s, axis=1).to(gl.float32)
+    m_new = gl.maximum(m_i, m_tile * score_scale).to(gl.float16)
+    alpha = gl.exp2(m_i - m_new.to(gl.float32))
+    x = _packed_asm(
+        "fma.rn.f16x2 $0, $1, $2, $3;",
+        s,
+        gl.expand_dims(score_scale.to(gl.float16), 1),
+        -gl.expand_dims(m_new, 1),
+    )
+    p = _packed_asm("ex2.approx.f16x2 $0, $1;", x)
+    sums = gl.convert_layout(_packed_row_sums(p), l_i.type.layout)
+    l_i = l_i * alpha + sums
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
+    )
+    if HALF:  # (the conversions only rename layouts)
+        alpha_o = alpha
+        p_op = _join_row_halves(p, gl.zeros_like(p), p_layout)
+    else:
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+        p_op = gl.convert_layout(p, p_layout)
+    return p_op, m_new.to(gl.float32), l_i, alpha_o
+
+
+@gluon.jit
+def _packed_asm(asm: gl.constexpr, a, b=None, c=None):
+    """One float16x2 PTX instruction on float16 tensors (``$0`` the result,
+    ``$1``.. the operands, two values per 32-bit register: the pairs of
+    neighbouring columns that an MMA layout gives each thread)."""
+    if b is None:
+        args = [a]
+        constraints: gl.constexpr = "=r,r"
+    elif c is None:
+        args = [a, b]
+        constraints: gl.constexpr = "=r,r,r"
+    else:
+        args = [a, b, c]
+        constraints: gl.constexpr = "=r,r,r,r"
+    return gl.inline_asm_elementwise(
+        asm, constraints, args, dtype=gl.float16, is_pure=True, pack=2
+    )
+
+
+@gluon.jit
+def _packed_row_sums(p):
+    """The row sums of ``p`` (float16, an MMA layout) in float32: the two
+    column halves added in float16 pairs (each thread holds columns c and
+    c + N / 2, each with its neighbour) down to 8 columns, then in float32."""
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    if N > 8:
+        halves = gl.permute(gl.reshape(p, [M, 2, N // 2]), (0, 2, 1))
+        a, b = gl.split(halves)
+        return _packed_row_sums(_packed_asm("add.rn.f16x2 $0, $1, $2;", a, b))
+    else:
+        return gl.sum(p.to(gl.float32), axis=1)
 
 
 @gluon.jit
@@ -568,12 +664,14 @@ def _load_q(
     q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t, stride_q_h,
     q_factor, GROUP: gl.constexpr, F16_DOTS: gl.constexpr,
     num_warps: gl.constexpr, FP8_SCORES: gl.constexpr = False,
-    HALF_ROWS: gl.constexpr = False,
+    HALF_ROWS: gl.constexpr = False, PACKED_SOFTMAX: gl.constexpr = False,
 ):  # fmt: skip
     """A tile of q into shared memory, visible to the MMAs of every warp
     (``F16_DOTS``: times ``q_factor``, rounded to float16 once;
     ``FP8_SCORES``: each row times the power of two that puts its largest
-    magnitude in [128, 256), rounded to e4m3). Returns the factor that each
+    magnitude in [128, 256), rounded to e4m3; with ``PACKED_SOFTMAX`` in
+    [0.5, 1), so that no float16 sum of 128 products with e4m3 keys, at
+    most 448 each, can overflow). Returns the factor that each
     row's scores take (``FP8_SCORES``: ``q_factor`` over the row's power of
     two; else 1). An all-zero row, a padding row, stays 0 (``HALF_ROWS``:
     the rows of ``_row_ptrs``). The caller's previous MMAs on ``q_smem``
@@ -587,13 +685,16 @@ def _load_q(
     q = gl.load(ptrs, mask=mask, other=0.0)
     if FP8_SCORES:
         # An exact scaling, so that the rounding is e4m3's alone: 2^(7 - E)
-        # for a row maximum of 2^E times [1, 2), built from E's bits (a
-        # zero row takes 2^7; the exponent kept finite for the tiniest).
+        # (PACKED_SOFTMAX: 2^(-1 - E)) for a row maximum of 2^E times
+        # [1, 2), built from E's bits (a zero row takes 2^7 or 2^-1; the
+        # exponent kept finite and normal at both ends).
+        top: gl.constexpr = 253 if PACKED_SOFTMAX else 261
         qf = q.to(gl.float32)
         row_max = gl.max(gl.abs(qf), axis=1)
         row_max = gl.where(row_max > 0, row_max, 1.0)
         biased = (row_max.to(gl.int32, bitcast=True) >> 23) & 0xFF
-        pow2 = (gl.minimum(261 - biased, 254) << 23).to(gl.float32, bitcast=True)
+        exponent = gl.maximum(gl.minimum(top - biased, 254), 1)
+        pow2 = (exponent << 23).to(gl.float32, bitcast=True)
         q = (qf * gl.expand_dims(pow2, 1)).to(q_smem.dtype)
         descale = q_factor / pow2
     else:
@@ -631,12 +732,13 @@ def _row_scales(
 
 @gluon.jit
 def _issue_scores(
-    q_smem, k_buf, num_warps: gl.constexpr, SWAP_AB: gl.constexpr = False
-):
+    q_smem, k_buf, num_warps: gl.constexpr, SWAP_AB: gl.constexpr = False,
+    PACKED_SOFTMAX: gl.constexpr = False,
+):  # fmt: skip
     """Start ``S = Q K^T`` on the tensor cores for one key tile; ``SWAP_AB``
     (one warpgroup): ``S^T = K Q^T``, the keys as the MMA's 64 rows and the
     tile's query rows as its columns (no padding rows when it has fewer
-    than 64)."""
+    than 64). ``PACKED_SOFTMAX``: S accumulated in float16."""
     BLOCK_N: gl.constexpr = k_buf.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[0]
     if SWAP_AB:
@@ -647,19 +749,24 @@ def _issue_scores(
         a = q_smem
         b = k_buf.permute((1, 0))
         depth: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth
+        s_dtype: gl.constexpr = gl.float16 if PACKED_SOFTMAX else gl.float32
         s = gl.zeros(
-            [BLOCK_M, BLOCK_N], gl.float32, _mma_layout(BLOCK_N, num_warps, depth)
+            [BLOCK_M, BLOCK_N], s_dtype, _mma_layout(BLOCK_N, num_warps, depth)
         )
     return warpgroup_mma(a, b, s, use_acc=False, is_async=True)
 
 
 @gluon.jit
-def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale):
-    """Wait for the scores, update the softmax and run ``O += P V``; returns
-    once the MMAs are done with the tile's buffers."""
+def _finish_tile(
+    s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+    EDGE: gl.constexpr = None,
+):  # fmt: skip
+    """Wait for the scores, update the softmax (``EDGE``: see
+    ``_mask_keys``) and run ``O += P V``; returns once the MMAs are done
+    with the tile's buffers."""
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     p_op, m_i, l_i, acc = _softmax_step(
-        s, m_i, l_i, acc, key_start, lo, hi, score_scale, v_buf.dtype
+        s, m_i, l_i, acc, key_start, lo, hi, score_scale, v_buf.dtype, EDGE
     )
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -670,9 +777,13 @@ def _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale):
 def _key_tile(
     q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
     num_warps: gl.constexpr, TAIL_N: gl.constexpr, HALF_ROWS: gl.constexpr,
+    PACKED_SOFTMAX: gl.constexpr = False,
 ):  # fmt: skip
     """One key tile of the default loop: ``S = Q K^T``, the softmax and
-    ``O += P V`` (``_finish_tile``). ``TAIL_N`` (not 0): a tile whose keys
+    ``O += P V`` (``_finish_tile``; ``PACKED_SOFTMAX``: ``_issue_scores``,
+    except in a narrow tile: Triton 3.7 reads the halves of a 16-column
+    float16 accumulator before waiting for its MMAs, which makes ptxas
+    serialize every MMA of the kernel). ``TAIL_N`` (not 0): a tile whose keys
     from ``key_start`` on all lie below ``key_start + TAIL_N`` (an item's
     last tile, e.g. the 8 draft keys past a window of whole tiles) is
     multiplied as a ``TAIL_N``-key tile, its buffers' first rows alone:
@@ -684,9 +795,42 @@ def _key_tile(
                 acc, key_start, lo, hi, score_scale, num_warps, HALF_ROWS,
             )  # fmt: skip
         else:
-            s = _issue_scores(q_smem, k_buf, num_warps)
+            m_i, l_i, acc = _whole_tile(
+                q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi,
+                score_scale, num_warps, PACKED_SOFTMAX,
+            )  # fmt: skip
+    else:
+        m_i, l_i, acc = _whole_tile(
+            q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+            num_warps, PACKED_SOFTMAX,
+        )  # fmt: skip
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _whole_tile(
+    q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+    num_warps: gl.constexpr, PACKED_SOFTMAX: gl.constexpr,
+):  # fmt: skip
+    """``_key_tile`` of the buffers' whole tile. With ``PACKED_SOFTMAX`` the
+    tile with keys to mask and the others take separate copies of the
+    softmax: where the masked float16 scores and the others meet after a
+    branch, ptxas keeps their halves in separate registers and packs them
+    again in every tile (126 byte permutes per tile and thread at fp8
+    shape 4 under Triton 3.7.1, against 32). Each copy starts its own
+    ``S``: Triton reads a float16 accumulator's halves right after issuing
+    its MMAs, and across a branch ptxas then serializes every MMA of the
+    kernel."""
+    if PACKED_SOFTMAX:
+        if _edge_tile(key_start, lo, hi, k_buf.shape[0]):
+            s = _issue_scores(q_smem, k_buf, num_warps, False, True)
             m_i, l_i, acc = _finish_tile(
-                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale
+                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, True
+            )
+        else:
+            s = _issue_scores(q_smem, k_buf, num_warps, False, True)
+            m_i, l_i, acc = _finish_tile(
+                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, False
             )
     else:
         s = _issue_scores(q_smem, k_buf, num_warps)
@@ -1824,6 +1968,7 @@ def _ws_mma_partition(
     p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
     HALF_ROWS: gl.constexpr = False, TAIL_N: gl.constexpr = 0,
+    PACKED_SOFTMAX: gl.constexpr = False,
 ):  # fmt: skip
     """The multiplying warpgroup(s) (``MMA_WARPS`` warps, 16 tile rows
     each): q into shared memory, then per key tile the MMAs and the softmax,
@@ -1851,7 +1996,10 @@ def _ws_mma_partition(
     fill the first half of ``_row_halves`` (the rows ``16 w + 0 .. 7``);
     the softmax runs on that half alone (half the exponentials).
     ``TAIL_N`` (the default loop, not ``FP8_PV``): an item's last tile
-    multiplied as a ``TAIL_N``-key tile where its keys fit (``_key_tile``)."""
+    multiplied as a ``TAIL_N``-key tile where its keys fit (``_key_tile``).
+    ``PACKED_SOFTMAX`` (``FP8_SCORES``, the default loop, not ``FP8_PV``):
+    q scaled into [0.5, 1) (``_load_q``), S accumulated in float16 and the
+    softmax on float16 pairs (``_packed_weights``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
@@ -1875,7 +2023,7 @@ def _ws_mma_partition(
             descale = _load_q(
                 q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
-                HALF_ROWS,
+                HALF_ROWS, PACKED_SOFTMAX,
             )  # fmt: skip
             if SWAP_AB:
                 l_part, acc_t, it = _swapped_tiles(
@@ -1916,7 +2064,7 @@ def _ws_mma_partition(
                         m_i, l_i, acc = _key_tile(
                             q_smem, k_smem.index(buf), v_buf, m_i, l_i, acc,
                             start, lo, hi, row_scale, MMA_WARPS,
-                            0 if FP8_PV else TAIL_N, HALF_ROWS,
+                            0 if FP8_PV else TAIL_N, HALF_ROWS, PACKED_SOFTMAX,
                         )  # fmt: skip
                         mbarrier.arrive(empty.index(buf), count=1)
                         it += 1
@@ -1946,7 +2094,7 @@ def fixed_history_ws_kernel(
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
     EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, EDGE_TMA: gl.constexpr,
-    TAIL_N: gl.constexpr,
+    TAIL_N: gl.constexpr, PACKED_SOFTMAX: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
@@ -1968,7 +2116,10 @@ def fixed_history_ws_kernel(
     on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
     the ring instead of converting them. ``HALF_ROWS`` (one multiplying
     partition, the default loop): tiles of twice ``BLOCK_Q * GROUP`` rows,
-    the queries in every other 8 of them (``_ws_mma_partition``)."""
+    the queries in every other 8 of them (``_ws_mma_partition``).
+    ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV`` nor ``OVERLAP``): S
+    accumulated in float16 and the softmax on float16 pairs
+    (``_packed_weights``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -2081,7 +2232,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, False, TAIL_N,
+                        EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
                 (
@@ -2095,7 +2246,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
                         MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
                         q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, False, TAIL_N,
+                        EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
                 (
@@ -2130,7 +2281,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, HALF_ROWS, TAIL_N,
+                        EDGE_FENCE, HALF_ROWS, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
                 (
@@ -2173,7 +2324,7 @@ def fixed_history_ws_kernel(
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
                         OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
                         SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, HALF_ROWS, TAIL_N,
+                        EDGE_FENCE, HALF_ROWS, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
                 (
@@ -2216,6 +2367,7 @@ def pipeline_constants(
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
     edge_fence=False, half_rows=False, edge_tma=False, narrow_tail=False,
+    packed_softmax=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2239,6 +2391,7 @@ def pipeline_constants(
         HALF_ROWS=half_rows,
         EDGE_TMA=edge_tma,
         TAIL_N=NARROW_TAIL_KEYS if narrow_tail else 0,
+        PACKED_SOFTMAX=packed_softmax,
     )
 
 
@@ -2364,6 +2517,7 @@ def fixed_history_attention_wgmma(
     half_rows=False,
     edge_tma=False,
     narrow_tail=False,
+    packed_softmax=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2439,7 +2593,15 @@ def fixed_history_attention_wgmma(
     ``block_n`` above 16): an item's last key tile, where its keys lie
     within the tile's first 16 (the 8 or 16 draft keys past a window of
     whole tiles, say), multiplied as a 16-key tile, and with the issuing
-    warp (``issue_warp``) converted as one too. ``wait_stats``
+    warp (``issue_warp``) converted as one too. ``packed_softmax``
+    (``fp8_scores``, not ``overlap`` nor ``fp8_pv``; changes the numerics
+    further): each row of q scaled into [0.5, 1) instead, ``S = Q K^T``
+    accumulated in float16 (no sum can overflow: at most 128 x 448 at
+    D = 128) and the softmax computed on float16 pairs, two values per
+    instruction (the exponents ``s * scale - m`` rounded to float16,
+    ``ex2.approx.f16x2``, the tile's row sums in float16 down to 8
+    columns); the running maxima, sums and the output stay float32.
+    ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
     0-1 multiplying, 2 loading):
@@ -2512,6 +2674,10 @@ def fixed_history_attention_wgmma(
             "narrow_tail needs fp8_scores=True, overlap and fp8_pv False and "
             f"block_n above {NARROW_TAIL_KEYS} (got block_n={block_n})"
         )
+    if packed_softmax and not (fp8_scores and not (overlap or fp8_pv)):
+        raise ValueError(
+            "packed_softmax needs fp8_scores=True, overlap=False and fp8_pv=False"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2583,6 +2749,7 @@ def fixed_history_attention_wgmma(
                 half_rows=half_rows,
                 edge_tma=edge_tma,
                 narrow_tail=narrow_tail,
+                packed_softmax=packed_softmax,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

@@ -216,7 +216,12 @@ def _gluon_pipeline(
     plan's, for long key ranges): the 128-row fp8-scores pipeline takes
     tiles of 128 keys, a ring of 2 and 2 staged V tiles (shape 4: 77.3 ->
     71.1 us, the multiplying side alone 64.6 -> 59.4; with bf16 caches
-    128-key tiles were slower, 80.5 -> 82.0-87.3; H200, 2026-12-03)."""
+    128-key tiles were slower, 80.5 -> 82.0-87.3; H200, 2026-12-03); there
+    the softmax runs on float16 pairs of float16 scores
+    (``packed_softmax``, its second multiplying partition at 200
+    registers, where it does not spill: shape 4 71.4 -> 67.6-68.2 us; at
+    the 64-row shapes 1 and 3 it changed nothing, 141.9 and 160.0-160.3
+    us, so they keep float32 scores; H200, 2026-12-04)."""
     options = {"narrow_convert": True} if kv_fp8 else {}
     if half_rows and rows == 64:
         options.update(half_rows=True)
@@ -229,7 +234,9 @@ def _gluon_pipeline(
     if rows == 128:
         options.update(split_mma=True, ring=4)
         if options.get("fp8_scores") and wide_tiles:
-            options.update(block_n=128, ring=2, raw_slots=2)
+            options.update(
+                block_n=128, ring=2, raw_slots=2, packed_softmax=True, mma_regs=200
+            )
         elif not kv_fp8 and not tma:
             options.update(fence_in_mma=True)
     return options
