@@ -22,6 +22,10 @@
 #         maxima found beside them; the output and sums rescaled (and the
 #         tile's weights taken again) only where a row's maximum grew by
 #         more than 8 (log2; a branch on the partition's largest growth);
+#   half  (twenty-eighth session) S accumulated in float16 by the fp8
+#         MMAs and the softmax in packed float16 pairs (max, fma and sum
+#         two values per instruction; ex2.approx.f16x2), q scaled so that
+#         no sum can overflow;
 #   trace clock64 stamps of program 0's partitions at each of the first
 #         pass's tiles 8-23: before the ring wait, S issued, S done
 #         (softmax starts), softmax done (P V issued), P V done.
@@ -159,12 +163,75 @@ def _weights_lazy(s, m_i, l_i, acc, acc_l, row_scale, dtype: gl.constexpr):
 
 
 @gluon.jit
+def _hfma2(a, b, c):
+    """a * b + c, float16, two values per instruction."""
+    return gl.inline_asm_elementwise(
+        "fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+        dtype=gl.float16, is_pure=True, pack=2,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _hex2(x):
+    """2^x, float16, two values per instruction."""
+    return gl.inline_asm_elementwise(
+        "ex2.approx.f16x2 $0, $1;", "=r,r", [x], dtype=gl.float16, is_pure=True,
+        pack=2,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _hadd2(a, b):
+    """a + b, float16, two values per instruction."""
+    return gl.inline_asm_elementwise(
+        "add.rn.f16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=gl.float16,
+        is_pure=True, pack=2,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _half_row_sums(p):
+    """The row sums of ``p`` (float16, an MMA layout): column halves added
+    in float16 pairs (each thread holds columns c and c + N / 2, both of a
+    pair), down to 8 columns, then in float32."""
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    if N > 8:
+        x = gl.permute(gl.reshape(p, [M, 2, N // 2]), (0, 2, 1))
+        a, b = gl.split(x)
+        return _half_row_sums(_hadd2(a, b))
+    else:
+        return gl.sum(p.to(gl.float32), axis=1)
+
+
+@gluon.jit
+def _weights_half(s, m_i, l_i, acc, acc_l, row_scale, dtype: gl.constexpr):
+    """(HALF) the softmax on float16 scores: the tile's maxima and sums
+    and the exponents in float16 pairs, the maxima and sums kept in float32
+    (the maxima rounded to float16, the values the exponents used)."""
+    m_tile = gl.max(s, axis=1).to(gl.float32)
+    m_new = gl.maximum(m_i, m_tile * row_scale).to(gl.float16)
+    alpha = gl.exp2(m_i - m_new.to(gl.float32))
+    scale = gl.expand_dims(row_scale.to(gl.float16), 1)
+    p = _hex2(_hfma2(s, scale, -gl.expand_dims(m_new, 1)))
+    l_i = l_i * alpha + gl.convert_layout(_half_row_sums(p), l_i.type.layout)
+    p_op = gl.convert_layout(
+        p, gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    )
+    a_o = gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))
+    return p_op, m_new.to(gl.float32), l_i, acc * gl.expand_dims(a_o, 1), acc_l
+
+
+@gluon.jit
 def _weights(s, m_i, l_i, acc, acc_l, row_scale, dtype: gl.constexpr,
-             SUMS: gl.constexpr, POLY: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+             SUMS: gl.constexpr, POLY: gl.constexpr, LAZY: gl.constexpr,
+             HALF: gl.constexpr = False):  # fmt: skip
     """The softmax of one tile's scores as the product's (no masking), with
     the sums by the tensor cores (SUMS: only ``acc_l`` rescaled) and a share
     of the exponentials on the FMA pipe (POLY)."""
     s = gl.convert_layout(s, m_i.type.layout.parent)
+    if HALF:
+        return _weights_half(s, m_i, l_i, acc, acc_l, row_scale, dtype)
     if LAZY:
         return _weights_lazy(s, m_i, l_i, acc, acc_l, row_scale, dtype)
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * row_scale)
@@ -184,9 +251,17 @@ def _weights(s, m_i, l_i, acc, acc_l, row_scale, dtype: gl.constexpr,
 
 
 @gluon.jit
-def _scores(q, q_smem, k_buf, QREG: gl.constexpr):
-    """S = Q K^T started: q from shared memory, or (QREG) from registers."""
-    if QREG:
+def _scores(q, q_smem, k_buf, QREG: gl.constexpr, HALF: gl.constexpr = False):
+    """S = Q K^T started: q from shared memory, or (QREG) from registers;
+    (HALF) accumulated in float16."""
+    if HALF:
+        M: gl.constexpr = q_smem.shape[0]
+        N: gl.constexpr = k_buf.shape[0]
+        s = gl.zeros([M, N], gl.float16, G._mma_layout(N, 4, 32))
+        return warpgroup_mma(
+            q_smem, k_buf.permute((1, 0)), s, use_acc=False, is_async=True
+        )
+    elif QREG:
         M: gl.constexpr = q.shape[0]
         N: gl.constexpr = k_buf.shape[0]
         s = gl.zeros([M, N], gl.float32, G._mma_layout(N, 4, 32))
@@ -215,7 +290,7 @@ def _loop_partition(
     HEAD_DIM: gl.constexpr, NUM_BUF: gl.constexpr, ALIGN: gl.constexpr,
     ME: gl.constexpr, SUMS: gl.constexpr, POLY: gl.constexpr,
     TURNS: gl.constexpr, TRACE: gl.constexpr, QREG: gl.constexpr,
-    KEEP_P: gl.constexpr, LAZY: gl.constexpr,
+    KEEP_P: gl.constexpr, LAZY: gl.constexpr, HALF: gl.constexpr,
 ):  # fmt: skip
     dtype: gl.constexpr = v_smem.dtype
     M: gl.constexpr = q_smem.shape[0]
@@ -247,14 +322,24 @@ def _loop_partition(
             if TURNS:
                 G._wait_tile(ready, it, NUM_BUF, False)
                 G._take_turn(turn, k, ME, True)
-                s = _scores(q, q_smem, k_smem.index(it % NUM_BUF), QREG)
+                s = _scores(q, q_smem, k_smem.index(it % NUM_BUF), QREG, HALF)
                 k = G._pass_turn(turn, k, ME, True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 for t in range(0, n_tiles):
                     buf = it % NUM_BUF
                     _stamp(trace_ptr, t, 2, ME, TRACE)
                     p_op, m_i, l_i, acc, acc_l = _weights(
-                        s, m_i, l_i, acc, acc_l, row_scale, dtype, SUMS, POLY, LAZY
+                        s,
+                        m_i,
+                        l_i,
+                        acc,
+                        acc_l,
+                        row_scale,
+                        dtype,
+                        SUMS,
+                        POLY,
+                        LAZY,
+                        HALF,
                     )
                     _stamp(trace_ptr, t, 3, ME, TRACE)
                     if t + 1 < n_tiles:
@@ -265,7 +350,9 @@ def _loop_partition(
                         acc, acc_l = _issue_pv(
                             p_op, v_smem.index(buf), ones_t, acc, acc_l, SUMS
                         )
-                        s = _scores(q, q_smem, k_smem.index((it + 1) % NUM_BUF), QREG)
+                        s = _scores(
+                            q, q_smem, k_smem.index((it + 1) % NUM_BUF), QREG, HALF
+                        )
                         k = G._pass_turn(turn, k, ME, True)
                         if KEEP_P:
                             acc, acc_l, s, p_op = warpgroup_mma_wait(
@@ -293,11 +380,21 @@ def _loop_partition(
                     _stamp(trace_ptr, t, 0, ME, TRACE)
                     G._wait_tile(ready, it, NUM_BUF, False)
                     _stamp(trace_ptr, t, 1, ME, TRACE)
-                    s = _scores(q, q_smem, k_smem.index(buf), QREG)
+                    s = _scores(q, q_smem, k_smem.index(buf), QREG, HALF)
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                     _stamp(trace_ptr, t, 2, ME, TRACE)
                     p_op, m_i, l_i, acc, acc_l = _weights(
-                        s, m_i, l_i, acc, acc_l, row_scale, dtype, SUMS, POLY, LAZY
+                        s,
+                        m_i,
+                        l_i,
+                        acc,
+                        acc_l,
+                        row_scale,
+                        dtype,
+                        SUMS,
+                        POLY,
+                        LAZY,
+                        HALF,
                     )
                     _stamp(trace_ptr, t, 3, ME, TRACE)
                     acc, acc_l = _issue_pv(
@@ -324,7 +421,8 @@ def loop_probe_kernel(
     HEAD_DIM: gl.constexpr, PART_M: gl.constexpr, ALIGN: gl.constexpr,
     NUM_BUF: gl.constexpr, SUMS: gl.constexpr, POLY: gl.constexpr,
     TURNS: gl.constexpr, TRACE: gl.constexpr, QREG: gl.constexpr,
-    KEEP_P: gl.constexpr, LAZY: gl.constexpr, MMA_REGS: gl.constexpr,
+    KEEP_P: gl.constexpr, LAZY: gl.constexpr, HALF: gl.constexpr,
+    MMA_REGS: gl.constexpr,
     WORKER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
@@ -368,7 +466,7 @@ def loop_probe_kernel(
                     turn, context_lens_ptr, query_start_loc_ptr, out_ptr,
                     trace_ptr, score_scale, window, num_reqs, NUM_KV_HEADS, BLOCK_Q,
                     BLOCK_N, HEAD_DIM, NUM_BUF, ALIGN, 0, SUMS, POLY, TURNS,
-                    TRACE, QREG, KEEP_P, LAZY,
+                    TRACE, QREG, KEEP_P, LAZY, HALF,
                 ),
             ),
             (
@@ -378,7 +476,7 @@ def loop_probe_kernel(
                     turn, context_lens_ptr, query_start_loc_ptr, out_ptr,
                     trace_ptr, score_scale, window, num_reqs, NUM_KV_HEADS, BLOCK_Q,
                     BLOCK_N, HEAD_DIM, NUM_BUF, ALIGN, 1, SUMS, POLY, TURNS,
-                    TRACE, QREG, KEEP_P, LAZY,
+                    TRACE, QREG, KEEP_P, LAZY, HALF,
                 ),
             ),
             (
@@ -397,6 +495,7 @@ def loop_probe_kernel(
 
 def loop_probe(ctx, qsl, window, num_kv_heads, group, head_dim, out, trace, *,
                sums=False, poly=0, turns=False, qreg=False, keep_p=False, lazy=False,
+               half=False,
                mma_regs=G.MMA_PART_REGS,
                worker_regs=112, maxnreg=168):  # fmt: skip
     block_q = 128 // group
@@ -405,7 +504,7 @@ def loop_probe(ctx, qsl, window, num_kv_heads, group, head_dim, out, trace, *,
         out, trace, ctx, qsl, head_dim**-0.5, window, ctx.shape[0],
         NUM_KV_HEADS=num_kv_heads, BLOCK_Q=block_q, BLOCK_N=128,
         HEAD_DIM=head_dim, PART_M=64, ALIGN=16, NUM_BUF=2, SUMS=sums,
-        POLY=poly, TURNS=turns, QREG=qreg, KEEP_P=keep_p, LAZY=lazy,
+        POLY=poly, TURNS=turns, QREG=qreg, KEEP_P=keep_p, LAZY=lazy, HALF=half,
         TRACE=trace is not None, MMA_REGS=mma_regs,
         WORKER_REGS=worker_regs, num_warps=4, maxnreg=maxnreg,
     )  # fmt: skip
