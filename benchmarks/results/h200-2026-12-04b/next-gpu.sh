@@ -5,7 +5,7 @@
 # Steps in the order they ran: half, packed, packed2 (lease 1; packed2's
 # first run met a fresh machine without the wheel: every variant failed, so
 # the wheel was installed again and packed2 rerun); verify, five (lease 2,
-# the launch with packed_softmax at 128-row fp8 tiles of 128 keys).
+# the launch with packed_softmax at 128-row fp8 tiles of 128 keys), more.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-04a/loop_probe.py
 D=benchmarks/results/h200-2026-12-04b
@@ -45,6 +45,11 @@ verify)  # the launch with packed_softmax (128-row fp8 tiles of 128 keys):
     "gluon_path or fp8_scores_through or (test_fp8_scores_match and (128rows or packed))" \
     > $OUT/tests-verify.log 2>&1
   echo "tests rc $?"; tail -n 5 $OUT/tests-verify.log | cut -c1-400 ;;
+more)  # the launch's pipeline (packed_softmax) with a ring of 3, 3 staged
+  # V tiles, the second multiplying partition at 192, and at 208 with the
+  # loader at 104 (the first partition at 192), alternating with it
+  V1='{},{"ring":3},{"raw_slots":3},{"mma_regs":192},{"mma_regs":208,"worker_regs":104}'
+  timeout 300 python3 $D/packed_probe.py 3 fp8 "[$V1,$V1]" graph 2>&1 | cut -c1-300 | tee $OUT/packed-more.txt ;;
 five)  # the five shapes, kernel only, fp8 and bf16
   timeout 500 python3 benchmarks/bench_fixed_history_attention.py \
     --kv-dtypes fp8 bf16 --kernel-only --md $OUT/five.md > $OUT/bench.txt 2>&1
