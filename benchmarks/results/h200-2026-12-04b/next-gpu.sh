@@ -5,7 +5,8 @@
 # Steps in the order they ran: half, packed, packed2 (lease 1; packed2's
 # first run met a fresh machine without the wheel: every variant failed, so
 # the wheel was installed again and packed2 rerun); verify, five (lease 2,
-# the launch with packed_softmax at 128-row fp8 tiles of 128 keys), more.
+# the launch with packed_softmax at 128-row fp8 tiles of 128 keys), more,
+# five (twice: five.md, then five-r2.md), old, keys64.
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-04a/loop_probe.py
 D=benchmarks/results/h200-2026-12-04b
@@ -54,4 +55,14 @@ five)  # the five shapes, kernel only, fp8 and bf16
   timeout 500 python3 benchmarks/bench_fixed_history_attention.py \
     --kv-dtypes fp8 bf16 --kernel-only --md $OUT/five.md > $OUT/bench.txt 2>&1
   echo "bench rc $?"; cut -c1-200 $OUT/five.md | grep "|" ;;
+old)  # (after five, same machine) the five shapes at the previous commit,
+  # in a worktree of it
+  git worktree add -q /tmp/old 0706c16
+  (cd /tmp/old && PYTHONPATH=/tmp/t371:src timeout 200 python3 \
+    benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 bf16 \
+    --kernel-only --md $OUT/five-0706c16.md > $OUT/bench-0706c16.txt 2>&1) ;;
+keys64)  # the 128-row pipeline with 64-key tiles (ring 4): float32 scores
+  # at 168 and 200 registers against packed_softmax, alternating
+  V1='{"block_n":64,"ring":4,"packed_softmax":false,"mma_regs":168},{"block_n":64,"ring":4},{"block_n":64,"ring":4,"packed_softmax":false,"mma_regs":200}'
+  timeout 200 python3 $D/packed_probe.py 3 fp8 "[$V1,$V1]" graph 2>&1 | cut -c1-200 | tee $OUT/packed-64keys.txt ;;
 esac
