@@ -2,11 +2,11 @@
 # 0.32.0's Triton 3.7.1 wheel in /tmp/t371. fp8 shape 4 (32 requests x 4
 # KV heads x 4096 keys, 128-row tiles, one program per SM).
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
-# Steps in the order they ran: half, packed, packed2 (lease 1; packed2's
-# first run met a fresh machine without the wheel: every variant failed, so
-# the wheel was installed again and packed2 rerun); verify, five (lease 2,
-# the launch with packed_softmax at 128-row fp8 tiles of 128 keys), more,
-# five (twice: five.md, then five-r2.md), old, keys64.
+# Steps in the order they ran: half, packed (lease 1); packed2 (lease 2:
+# its first run met the fresh machine before the wheel was installed and
+# every variant failed; installed, then run again); verify, more, five
+# (twice: five.md, then five-r2.md), old, keys64 (lease 3, the launch with
+# packed_softmax at 128-row fp8 tiles of 128 keys).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-04a/loop_probe.py
 D=benchmarks/results/h200-2026-12-04b
