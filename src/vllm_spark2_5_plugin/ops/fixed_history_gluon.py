@@ -502,7 +502,7 @@ def _softmax_weights(
     s = gl.convert_layout(s, m_i.type.layout.parent)
     s = _mask_keys(s, key_start, lo, hi, 1, EDGE)
     if s.dtype == gl.float16:
-        return _packed_weights(s, m_i, l_i, score_scale, dtype, o_layout, HALF)
+        return _packed_weights(s, m_i, l_i, score_scale, o_layout, HALF)
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
     # into the exponent's fused multiply-add.
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * score_scale)
@@ -514,26 +514,35 @@ def _softmax_weights(
     p_log2: gl.constexpr = _weights_log2(dtype)
     p = gl.exp2(s * gl.expand_dims(score_scale, 1) - gl.expand_dims(m_new - p_log2, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
-    )
     p = p.to(dtype)
     if dtype.primitive_bitwidth == 8:
         p = _fp8_key_order(p, 1)
-    if HALF:  # (the conversions only rename layouts)
-        alpha_o = alpha
-        p_op = _join_row_halves(p, gl.zeros_like(p), p_layout)
-    else:
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-        p_op = gl.convert_layout(p, p_layout)
+    p_op, alpha_o = _weights_operand(p, alpha, o_layout, HALF)
     return p_op, m_new, l_i, alpha_o
 
 
 @gluon.jit
+def _weights_operand(p, alpha, o_layout: gl.constexpr, HALF: gl.constexpr):
+    """The weights ``p`` (the MMA's dtype) as the A operand of ``P V`` and
+    ``alpha`` in the output's rows (``HALF``: the first half of
+    ``_row_halves``, the other half's weights 0; the conversions only
+    rename layouts)."""
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=32 // p.dtype.primitive_bitwidth
+    )
+    if HALF:
+        p_op = _join_row_halves(p, gl.zeros_like(p), p_layout)
+        alpha_o = alpha
+    else:
+        p_op = gl.convert_layout(p, p_layout)
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+    return p_op, alpha_o
+
+
+@gluon.jit
 def _packed_weights(
-    s, m_i, l_i, score_scale, dtype: gl.constexpr, o_layout: gl.constexpr,
-    HALF: gl.constexpr,
-):  # fmt: skip
+    s, m_i, l_i, score_scale, o_layout: gl.constexpr, HALF: gl.constexpr
+):
     """``_softmax_weights`` of float16 scores (``PACKED_SOFTMAX``), two
     values per instruction: the tile's row maxima in float16 (exact), the
     exponents ``s * scale - m`` by float16 fused multiply-adds and
@@ -553,15 +562,7 @@ def _packed_weights(
     p = _packed_asm("ex2.approx.f16x2 $0, $1;", x)
     sums = gl.convert_layout(_packed_row_sums(p), l_i.type.layout)
     l_i = l_i * alpha + sums
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
-    )
-    if HALF:  # (the conversions only rename layouts)
-        alpha_o = alpha
-        p_op = _join_row_halves(p, gl.zeros_like(p), p_layout)
-    else:
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-        p_op = gl.convert_layout(p, p_layout)
+    p_op, alpha_o = _weights_operand(p, alpha, o_layout, HALF)
     return p_op, m_new.to(gl.float32), l_i, alpha_o
 
 
@@ -821,23 +822,25 @@ def _whole_tile(
     ``S``: Triton reads a float16 accumulator's halves right after issuing
     its MMAs, and across a branch ptxas then serializes every MMA of the
     kernel."""
+    args = (q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale)
     if PACKED_SOFTMAX:
         if _edge_tile(key_start, lo, hi, k_buf.shape[0]):
-            s = _issue_scores(q_smem, k_buf, num_warps, False, True)
-            m_i, l_i, acc = _finish_tile(
-                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, True
-            )
+            m_i, l_i, acc = _scored_tile(*args, num_warps, True, True)
         else:
-            s = _issue_scores(q_smem, k_buf, num_warps, False, True)
-            m_i, l_i, acc = _finish_tile(
-                s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, False
-            )
+            m_i, l_i, acc = _scored_tile(*args, num_warps, True, False)
     else:
-        s = _issue_scores(q_smem, k_buf, num_warps)
-        m_i, l_i, acc = _finish_tile(
-            s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale
-        )
+        m_i, l_i, acc = _scored_tile(*args, num_warps, False)
     return m_i, l_i, acc
+
+
+@gluon.jit
+def _scored_tile(
+    q_smem, k_buf, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale,
+    num_warps: gl.constexpr, PACKED_SOFTMAX: gl.constexpr, EDGE: gl.constexpr = None,
+):  # fmt: skip
+    """``S`` started (``_issue_scores``), then ``_finish_tile``."""
+    s = _issue_scores(q_smem, k_buf, num_warps, False, PACKED_SOFTMAX)
+    return _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, EDGE)
 
 
 @gluon.jit
