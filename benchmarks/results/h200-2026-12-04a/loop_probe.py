@@ -329,18 +329,9 @@ def _loop_partition(
                     buf = it % NUM_BUF
                     _stamp(trace_ptr, t, 2, ME, TRACE)
                     p_op, m_i, l_i, acc, acc_l = _weights(
-                        s,
-                        m_i,
-                        l_i,
-                        acc,
-                        acc_l,
-                        row_scale,
-                        dtype,
-                        SUMS,
-                        POLY,
-                        LAZY,
+                        s, m_i, l_i, acc, acc_l, row_scale, dtype, SUMS, POLY, LAZY,
                         HALF,
-                    )
+                    )  # fmt: skip
                     _stamp(trace_ptr, t, 3, ME, TRACE)
                     if t + 1 < n_tiles:
                         _stamp(trace_ptr, t, 0, ME, TRACE)
@@ -384,18 +375,9 @@ def _loop_partition(
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                     _stamp(trace_ptr, t, 2, ME, TRACE)
                     p_op, m_i, l_i, acc, acc_l = _weights(
-                        s,
-                        m_i,
-                        l_i,
-                        acc,
-                        acc_l,
-                        row_scale,
-                        dtype,
-                        SUMS,
-                        POLY,
-                        LAZY,
+                        s, m_i, l_i, acc, acc_l, row_scale, dtype, SUMS, POLY, LAZY,
                         HALF,
-                    )
+                    )  # fmt: skip
                     _stamp(trace_ptr, t, 3, ME, TRACE)
                     acc, acc_l = _issue_pv(
                         p_op, v_smem.index(buf), ones_t, acc, acc_l, SUMS
