@@ -6,7 +6,11 @@
 # its first run met the fresh machine before the wheel was installed and
 # every variant failed; installed, then run again); verify, more, five
 # (twice: five.md, then five-r2.md), old, keys64 (lease 3, the launch with
-# packed_softmax at 128-row fp8 tiles of 128 keys).
+# packed_softmax at 128-row fp8 tiles of 128 keys); ncu, then the same
+# by hand for the float32 scores at the launch's registers before
+# (packed_probe.py '[{"packed_softmax":false,"mma_regs":168}]', -o f32;
+# lease 4). ncu-samples.txt: ncu_regions.py on both SASS pages (1.9 MB
+# each, not kept).
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-04a/loop_probe.py
 D=benchmarks/results/h200-2026-12-04b
@@ -65,4 +69,17 @@ keys64)  # the 128-row pipeline with 64-key tiles (ring 4): float32 scores
   # at 168 and 200 registers against packed_softmax, alternating
   V1='{"block_n":64,"ring":4,"packed_softmax":false,"mma_regs":168},{"block_n":64,"ring":4},{"block_n":64,"ring":4,"packed_softmax":false,"mma_regs":200}'
   timeout 200 python3 $D/packed_probe.py 3 fp8 "[$V1,$V1]" graph 2>&1 | cut -c1-200 | tee $OUT/packed-64keys.txt ;;
+ncu)  # the launch's kernel at fp8 shape 4 (packed_softmax) under Nsight
+  # Compute, as h200-2026-12-03n's ncuw: stall reasons per issued
+  # instruction, pipe utilization and the warp samples of each SASS
+  # instruction (the SASS page is read here, not kept)
+  m='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$,sm__cycles_elapsed.avg.per_second,gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active'
+  timeout 300 ncu --clock-control none -k regex:fixed_history_ws_kernel --launch-skip 3 \
+    --launch-count 1 --section SourceCounters --section WarpStateStats --metrics "$m" \
+    -o $OUT/packed python3 $D/packed_probe.py 3 fp8 '[{}]' > $OUT/ncu-packed.txt 2>&1
+  echo "ncu rc $?"
+  ncu --import $OUT/packed.ncu-rep --page details --print-units base > $OUT/ncu-packed-details.txt 2>&1
+  ncu --import $OUT/packed.ncu-rep --page source --csv --print-source sass > $OUT/ncu-packed-sass.csv 2>&1
+  rm -f $OUT/packed.ncu-rep
+  grep -E "stalled|pipe_(tensor|xu|alu|fma|fmaheavy|lsu)|issue_active|Duration|per_second" $OUT/ncu-packed-details.txt | sort -k3 -n -r | head -30 ;;
 esac
