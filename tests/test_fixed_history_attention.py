@@ -2197,6 +2197,9 @@ if not _IN_CHILD:
             kv_fp8=kv_fp8,
         )
         assert plan.gluon, plan
+        # (the fp8 plan of a case over long windows takes 128-key tiles, so
+        # that its tests run the packed softmax)
+        assert plan.wide_tiles is (kv_fp8 and name.endswith("_wide")), plan
         return case, plan
 
     @pytest.mark.cuda
