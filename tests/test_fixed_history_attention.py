@@ -2164,7 +2164,8 @@ if not _IN_CHILD:
         ),
         # ... over windows of 2100 keys: the fp8 plan's 128-key tiles and
         # packed softmax (wide_tiles); some requests shorter than the
-        # window, one item ending in a tile of at most 16 keys.
+        # window, the items' last tiles 8 to 127 keys (two of at most 16:
+        # the narrow tail).
         "rows128_gqa8_wide": Case(
             [(i * 523) % 6000 + 100 for i in range(29)] + [2084],
             [16] * 28 + [20, 16],

@@ -818,7 +818,7 @@ def _whole_tile(
     softmax: where the masked float16 scores and the others meet after a
     branch, ptxas keeps their halves in separate registers and packs them
     again in every tile (126 byte permutes per tile and thread at fp8
-    shape 4 under Triton 3.7.1, against 32). Each copy starts its own
+    shape 4 under Triton 3.7.1, against 64). Each copy starts its own
     ``S``: Triton reads a float16 accumulator's halves right after issuing
     its MMAs, and across a branch ptxas then serializes every MMA of the
     kernel."""
