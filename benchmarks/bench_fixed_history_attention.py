@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Benchmark: fixed-history draft attention kernel vs gather + SDPA / FlexAttention.
 
-Run on a CUDA machine (needs only torch and triton):
+Run on a CUDA machine (needs only torch and triton; the FA3 column also
+vLLM's CUDA build):
 
     PYTHONPATH=src python3 benchmarks/bench_fixed_history_attention.py \
         [--sweep] [--md results.md] [--shapes 0,1,2] [--kv-dtypes bf16 fp8]
@@ -32,6 +33,17 @@ shape are printed next to each other. It then times:
               gathered coordinates). The block mask is built once, outside the
               timed region; compile happens during warm-up; fp8 pages are
               dequantized like for SDPA;
+* vLLM FA3    vLLM 0.32.0's FlashAttention 3 (``vllm.vllm_flash_attn``, on
+              GPUs where it runs; ``--no-fa3`` leaves it out) on the paged
+              cache itself, with the rule written as its sliding window: the B
+              queries x G query heads of each KV head become B * G query heads
+              of one query per request at position L + B - 1, window (W + B -
+              1, 0), so that each sees exactly positions L - W .. L + B - 1;
+              q reordered (KV head, query, head) and, for an fp8 cache, cast
+              to e4m3 (FA3 multiplies fp8 q, K, weights and V; q's descale
+              1.0, vLLM's static default), the output reordered back, all
+              inside the timing (the call alone is printed too); FA3 picks
+              its own splits (``num_splits=0``), as vLLM lets it;
 * floor       bytes of the K/V window read once (R * nKV * span * D * 2 *
               bytes per element: 2 for bf16, 1 for fp8) divided by the
               bandwidth of a large device-to-device copy (bytes read +
@@ -383,6 +395,62 @@ def make_flex(shape, q, k, v, bt, scale, k_scale=None, v_scale=None):
         return o.transpose(1, 2).reshape(R * B, nH, D)
 
     return run
+
+
+def fa3_available():
+    """Whether vLLM's FlashAttention 3 runs here (a CUDA build of vLLM on a
+    Hopper GPU)."""
+    if DEVICE != "cuda":
+        return False
+    try:
+        from vllm.vllm_flash_attn.flash_attn_interface import (
+            is_fa_version_supported,
+        )
+
+        return is_fa_version_supported(3)
+    except Exception:  # noqa: BLE001 (no CUDA vLLM: no such peer)
+        return False
+
+
+def make_fa3(shape, q, k, v, bt, scale, k_scale=None, v_scale=None):
+    """vLLM's FlashAttention 3 over the paged cache with the fixed-history
+    rule as a sliding window of one query per request (module docstring);
+    returns the whole call and FA3's call alone."""
+    from vllm.vllm_flash_attn import flash_attn_varlen_func
+
+    R, L, B, W, nH, nKV, D = shape
+    G = nH // nKV
+    fp8 = k.dtype == FP8
+    seqused = torch.full((R,), L + B, dtype=torch.int32, device=DEVICE)
+    cu_q = torch.arange(R + 1, dtype=torch.int32, device=DEVICE)
+    # Query head n * B * G + i * G + g is query i's head n * G + g, so that
+    # FA3's KV head for it, its index // (B * G), is n.
+    qp = torch.empty(R, nKV, B, G, D, dtype=FP8 if fp8 else q.dtype, device=DEVICE)
+    out = torch.empty(R, nKV * B * G, D, dtype=q.dtype, device=DEVICE)
+    descales = {}
+    if fp8:
+        per = (R, nKV)
+        one = torch.ones(1, dtype=torch.float32, device=DEVICE)
+        descales = dict(
+            q_descale=one.expand(per),
+            k_descale=k_scale.reshape(1).expand(per),
+            v_descale=v_scale.reshape(1).expand(per),
+        )
+
+    def call():
+        return flash_attn_varlen_func(
+            qp.view(R, nKV * B * G, D), k, v, max_seqlen_q=1, cu_seqlens_q=cu_q,
+            max_seqlen_k=L + B, seqused_k=seqused, softmax_scale=scale,
+            causal=False, window_size=[W + B - 1 if L > W else -1, 0],
+            block_table=bt, out=out, fa_version=3, **descales,
+        )  # fmt: skip
+
+    def run():
+        qp.copy_(q.view(R, B, nKV, G, D).transpose(1, 2))
+        call()
+        return out.view(R, nKV, B, G, D).transpose(1, 2).reshape(R * B, nH, D)
+
+    return run, call
 
 
 def rel_err(a, b):
@@ -839,6 +907,22 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         except Exception as e:
             print(f"  gather+Flex failed: {type(e).__name__}: {e}"[:400], flush=True)
 
+    t_fa3 = float("nan")
+    if not (args.no_fa3 or args.kernel_only) and fa3_available():
+        try:
+            fa3, fa3_call = make_fa3(shape, q, k, v, bt, scale, **scales)
+            o = fa3()
+            err_fa3 = rel_err(o, ref_out)
+            del o
+            t_fa3 = bench(fa3)
+            print(
+                f"  vLLM FA3 {t_fa3:.1f} us (the call alone "
+                f"{bench(fa3_call):.1f} us; rel diff vs kernel {err_fa3:.2e})",
+                flush=True,
+            )
+        except Exception as e:
+            print(f"  vLLM FA3 failed: {type(e).__name__}: {e}"[:400], flush=True)
+
     ratio = t_kernel / floor_us
     speedup = t_sdpa / t_kernel
     row = dict(
@@ -853,6 +937,8 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         ratio=ratio,
         speedup=speedup,
         flex_speedup=t_flex / t_kernel,
+        fa3=t_fa3,
+        fa3_speedup=t_fa3 / t_kernel,
         ratio_ok=ratio <= GOAL_FLOOR_RATIO,
         speed_ok=speedup >= GOAL_SPEEDUP,
         tbps=kv_bytes / t_kernel / 1e6,
@@ -947,6 +1033,9 @@ def parse_args(argv=None):
         help="with --gluon: only the variants whose name contains TEXT",
     )
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument(
+        "--no-fa3", action="store_true", help="leave vLLM's FlashAttention 3 out"
+    )
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
     ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd")
     ap.add_argument(
@@ -1029,15 +1118,17 @@ def main():
         "the K/V window once at the cache's bytes per element.",
         "",
         "| shape (R, L, B, W, nH/nKV/D) | KV dtype | kernel us | kernel (CUDA "
-        "graph) us | gather+SDPA us | gather+Flex us | floor us | kernel/floor | "
-        "speed-up vs SDPA | speed-up vs Flex | K/V TB/s | goal met? |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "graph) us | gather+SDPA us | gather+Flex us | vLLM FA3 us | floor us | "
+        "kernel/floor | speed-up vs SDPA | speed-up vs Flex | speed-up vs FA3 | "
+        "K/V TB/s | goal met? |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['kv']} | {r['kernel']:.1f} | {r['graph']:.1f} | "
-            f"{r['sdpa']:.1f} | {r['flex']:.1f} | {r['floor']:.1f} | "
-            f"{r['ratio']:.2f} | {r['speedup']:.1f}x | {r['flex_speedup']:.1f}x | "
+            f"{r['sdpa']:.1f} | {r['flex']:.1f} | {r['fa3']:.1f} | "
+            f"{r['floor']:.1f} | {r['ratio']:.2f} | {r['speedup']:.1f}x | "
+            f"{r['flex_speedup']:.1f}x | {r['fa3_speedup']:.1f}x | "
             f"{r['tbps']:.2f} | {goal_verdict(r)} |"
         )
     if BASELINE is not None:
