@@ -412,21 +412,44 @@ def fa3_available():
         return False
 
 
+def fa3_window(shape):
+    """FlashAttention's ``window_size`` that gives a request's one query (at
+    position L + B - 1) the fixed-history range L - W .. L + B - 1 (all
+    positions while L <= W): FA3 lets query i of sq see the keys from
+    ``i + sk - sq - left`` to ``i + sk - sq + right``."""
+    R, L, B, W, nH, nKV, D = shape
+    return [W + B - 1 if L > W else -1, 0]
+
+
+def fa3_queries(q, shape):
+    """``q`` ([R * B, nH, D]) as FA3's one query per request with B * G
+    query heads per KV head, ``[R, nKV, B, G, D]`` (a view): query head
+    ``n * B * G + i * G + g`` is query i's head ``n * G + g``, so that FA3's
+    KV head for it, its index // (B * G), is n."""
+    R, L, B, W, nH, nKV, D = shape
+    return q.view(R, B, nKV, nH // nKV, D).transpose(1, 2)
+
+
+def fa3_output(out, shape):
+    """FA3's output ``[R, nKV * B * G, D]`` back in q's order."""
+    R, L, B, W, nH, nKV, D = shape
+    return out.view(R, nKV, B, nH // nKV, D).transpose(1, 2).reshape(R * B, nH, D)
+
+
 def make_fa3(shape, q, k, v, bt, scale, k_scale=None, v_scale=None):
     """vLLM's FlashAttention 3 over the paged cache with the fixed-history
-    rule as a sliding window of one query per request (module docstring);
-    returns the whole call and FA3's call alone."""
+    rule as a sliding window of one query per request (``fa3_window``,
+    ``fa3_queries``); returns the whole call and FA3's call alone."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
     R, L, B, W, nH, nKV, D = shape
-    G = nH // nKV
     fp8 = k.dtype == FP8
     seqused = torch.full((R,), L + B, dtype=torch.int32, device=DEVICE)
     cu_q = torch.arange(R + 1, dtype=torch.int32, device=DEVICE)
-    # Query head n * B * G + i * G + g is query i's head n * G + g, so that
-    # FA3's KV head for it, its index // (B * G), is n.
-    qp = torch.empty(R, nKV, B, G, D, dtype=FP8 if fp8 else q.dtype, device=DEVICE)
-    out = torch.empty(R, nKV * B * G, D, dtype=q.dtype, device=DEVICE)
+    qp = torch.empty(
+        R, nKV, B, nH // nKV, D, dtype=FP8 if fp8 else q.dtype, device=DEVICE
+    )
+    out = torch.empty(R, nKV * B * (nH // nKV), D, dtype=q.dtype, device=DEVICE)
     descales = {}
     if fp8:
         per = (R, nKV)
@@ -439,16 +462,16 @@ def make_fa3(shape, q, k, v, bt, scale, k_scale=None, v_scale=None):
 
     def call():
         return flash_attn_varlen_func(
-            qp.view(R, nKV * B * G, D), k, v, max_seqlen_q=1, cu_seqlens_q=cu_q,
+            qp.view(R, -1, D), k, v, max_seqlen_q=1, cu_seqlens_q=cu_q,
             max_seqlen_k=L + B, seqused_k=seqused, softmax_scale=scale,
-            causal=False, window_size=[W + B - 1 if L > W else -1, 0],
-            block_table=bt, out=out, fa_version=3, **descales,
+            causal=False, window_size=fa3_window(shape), block_table=bt, out=out,
+            fa_version=3, **descales,
         )  # fmt: skip
 
     def run():
-        qp.copy_(q.view(R, B, nKV, G, D).transpose(1, 2))
+        qp.copy_(fa3_queries(q, shape))
         call()
-        return out.view(R, nKV, B, G, D).transpose(1, 2).reshape(R * B, nH, D)
+        return fa3_output(out, shape)
 
     return run, call
 

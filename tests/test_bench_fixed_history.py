@@ -7,6 +7,7 @@ output, so that a plan that times well but computes something else shows."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -14,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from vllm_spark2_5_plugin.ops import fixed_history_attention_reference
 
 _ROOT = Path(__file__).resolve().parents[1]
 _SCRIPT = _ROOT / "benchmarks" / "bench_fixed_history_attention.py"
@@ -87,3 +91,61 @@ def test_flush_choice_is_recorded_with_the_table(tmp_path):
     assert "L2 emptied before each call: clean" in table.read_text()
     refused = _smoke("--flush", "wipe")
     assert refused.returncode == 2 and "--flush" in refused.stderr
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_fixed_history", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fa3_as_documented(q, k, v, bt, seqlen_k, window, scale):
+    """FlashAttention's varlen call over a paged cache as its interface
+    documents it, in float64: one query per request (``q``: ``[R, heads,
+    D]``), query head h on KV head ``h // (heads / kv_heads)``, query i of
+    sq seeing the keys ``i + sk - sq - left .. i + sk - sq + right``
+    (``left`` -1: no bound), here sq = 1."""
+    R, heads, D = q.shape
+    page = k.shape[1]
+    group = heads // k.shape[2]
+    out = torch.empty(R, heads, D, dtype=torch.float64)
+    left, right = window
+    for r in range(R):
+        first = 0 if left < 0 else max(0, seqlen_k - 1 - left)
+        pos = torch.arange(first, min(seqlen_k, seqlen_k + right))
+        pages = bt[r].long()[pos // page]
+        keys = k[pages, pos % page].double().repeat_interleave(group, dim=1)
+        vals = v[pages, pos % page].double().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[r].double(), keys) * scale
+        out[r] = torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), vals)
+    return out
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 100, 4, 40, 4, 2, 32),  # a window inside the context
+        (3, 20, 2, 64, 6, 2, 16),  # the whole context (L <= W: no window)
+        (2, 60, 8, 45, 16, 2, 32),  # a window that starts inside a page
+    ],
+)
+def test_fa3_peer_asks_flash_attention_for_the_fixed_history_rule(shape):
+    # The benchmark's FA3 column gives FlashAttention the rule as one query
+    # per request whose query heads are the block's queries x heads, with a
+    # sliding window. Fed through FA3's documented semantics, that call must
+    # equal the fixed-history reference (FA3 itself needs a Hopper GPU).
+    bench = _bench_module()
+    R, L, B, W, nH, nKV, D = shape
+    _, q, k, v, bt, ctx, qsl, _ = bench.build(shape, seed=1, kv_dtype="bf16")
+    q, k, v = q.double(), k.double(), v.double()
+    scale = D**-0.5
+    heads = bench.fa3_queries(q, shape).reshape(R, nKV * B * (nH // nKV), D)
+    got = _fa3_as_documented(q=heads, k=k, v=v, bt=bt, seqlen_k=L + B,
+                             window=bench.fa3_window(shape), scale=scale)  # fmt: skip
+    want = fixed_history_attention_reference(q, k, v, bt, ctx, qsl, W, scale)
+    torch.testing.assert_close(bench.fa3_output(got, shape), want)
+    # The query heads must be the block's own: swapping two queries' order
+    # must show (the check above can fail).
+    wrong = bench.fa3_output(got, shape).view(R, B, nH, D).flip(1).reshape(R * B, nH, D)
+    assert not torch.allclose(wrong, want)
