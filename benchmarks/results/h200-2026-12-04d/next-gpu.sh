@@ -1,0 +1,25 @@
+# Leases of the thirtieth session (2026-12-04), bare H200s with vLLM
+# 0.32.0's Triton 3.7.1 wheel in /tmp/t371 (carried in four parts,
+# .gpu-vllm/tw00..tw03, joined by the step `wheel`). fp8 shape 4 (32
+# requests x 4 KV heads x 4096 keys, 128-row tiles, one program per SM).
+#   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
+export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
+P=benchmarks/results/h200-2026-12-04b/packed_probe.py
+case $1 in
+part)  # one part of the wheel into /tmp/tw
+  mkdir -p /tmp/tw && cp .gpu-vllm/$2/* /tmp/tw/ && ls -la /tmp/tw ;;
+wheel)  # the parts joined, checked and unpacked into /tmp/t371
+  cat /tmp/tw/tw00 /tmp/tw/tw01 /tmp/tw/tw02 /tmp/tw/tw03 > /tmp/tw/triton-3.7.1-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+  (cd /tmp/tw && sha256sum -c sha) && python3 -m pip install -q --no-deps \
+    --target /tmp/t371 /tmp/tw/triton-3.7.1-*.whl && python3 -c \
+    "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())" ;;
+turns)  # the two multiplying partitions taking turns at the tensor cores
+  # (pingpong without overlap: P V of tile t and S of tile t + 1 as one
+  # batch, float32 scores, no narrow tail) at register splits where the
+  # loader keeps 88-96 registers, against the launch's pipeline and the
+  # float32 default loop without the narrow tail; alternating, two rounds
+  F='"packed_softmax":false,"narrow_tail":false'
+  T="$F,\"pingpong\":true"
+  V1="{},{$F,\"mma_regs\":200},{$T,\"mma_regs\":208,\"worker_regs\":96},{$T,\"mma_regs\":200,\"worker_regs\":96},{$T,\"mma_regs\":216,\"worker_regs\":88},{$T,\"mma_regs\":208,\"worker_regs\":96,\"ring\":3}"
+  timeout 400 python3 $P 3 fp8 "[$V1,$V1]" graph 2>&1 | cut -c1-300 | tee $OUT/turns.txt ;;
+esac
