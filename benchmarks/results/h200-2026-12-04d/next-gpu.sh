@@ -22,4 +22,24 @@ turns)  # the two multiplying partitions taking turns at the tensor cores
   T="$F,\"pingpong\":true"
   V1="{},{$F,\"mma_regs\":200},{$T,\"mma_regs\":208,\"worker_regs\":96},{$T,\"mma_regs\":200,\"worker_regs\":96},{$T,\"mma_regs\":216,\"worker_regs\":88},{$T,\"mma_regs\":208,\"worker_regs\":96,\"ring\":3}"
   timeout 400 python3 $P 3 fp8 "[$V1,$V1]" graph 2>&1 | cut -c1-300 | tee $OUT/turns.txt ;;
+joint)  # one TMA copy per page for K and V together (joint.patch, switched
+  # on by PROBE_JOINT=1 at import; the 128-row pipeline only): the launch's
+  # pipeline in alternating processes with and without it, the loader at
+  # 112 and 120 registers
+  V='[{},{"worker_regs":120},{}]'
+  for i in 1 2; do
+    timeout 150 python3 $P 3 fp8 "$V" graph 2>&1 | cut -c1-200 | grep -v "^shape"
+    PROBE_JOINT=1 timeout 150 python3 $P 3 fp8 "$V" graph 2>&1 | cut -c1-200 | grep -v "^shape" | sed 's/^/joint /'
+  done | tee $OUT/joint.txt ;;
+joint2)  # the joint copies' unpacking read back 8 bytes per thread and row
+  # (PROBE_JOINT_NARROW=1, its V stores one wavefront each) and in quarter
+  # tiles (PROBE_JOINT_PARTS=4), the loader at 120 registers, alternating
+  # with the launch's pipeline
+  V='[{"worker_regs":120},{"worker_regs":120}]'
+  for i in 1 2; do
+    timeout 100 python3 $P 3 fp8 '[{},{}]' graph 2>&1 | cut -c1-200 | grep -v "^shape"
+    for e in "PROBE_JOINT_PARTS=2" "PROBE_JOINT_NARROW=1" "PROBE_JOINT_NARROW=1 PROBE_JOINT_PARTS=4"; do
+      env PROBE_JOINT=1 $e timeout 100 python3 $P 3 fp8 "$V" graph 2>&1 | cut -c1-200 | grep -v "^shape" | sed "s/^/$e /"
+    done
+  done | tee $OUT/joint2.txt ;;
 esac
