@@ -7,7 +7,8 @@
 # patch applied where its options need it:
 #   PYTHONPATH=/tmp/t371cpu python codegen_probe.py JSON
 # JSON: options over the base below (turns.patch: "pingpong"; joint.patch:
-# PROBE_JOINT=1 in the environment, and the joint descriptor is used).
+# PROBE_JOINT=1 in the environment, and the joint descriptor is used;
+# vt.patch: PROBE_VT=1, V's descriptor without swizzle).
 import json
 import os
 import re
@@ -36,6 +37,27 @@ if os.environ.get("PROBE_JOINT") == "1":
         return gluon_ops._tma_joint_descriptor(full[..., :128], full[..., 128:])
 
     gluon_ops._tma_descriptor = _joint
+
+if os.environ.get("PROBE_VT") == "1":
+    # V's descriptor copies pages byte for byte (swizzle 0), K's as before.
+    from triton.experimental.gluon import _runtime
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    cache = torch.empty(4, 16, 8, 128, dtype=torch.float8_e4m3fn)
+    flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=4)
+    v_type = mangle_type(
+        TensorDescriptor(
+            cache, list(cache.shape), list(cache.stride()), [1, 16, 1, 128], flat
+        )
+    )
+
+    class _Source(_runtime.GluonASTSource):
+        def __init__(self, fn, signature, *args, **kwargs):
+            super().__init__(fn, {**signature, "v_desc": v_type}, *args, **kwargs)
+
+    _runtime.GluonASTSource = _Source
 
 _run = codegen._run
 

@@ -5,6 +5,7 @@
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 P=benchmarks/results/h200-2026-12-04b/packed_probe.py
+D=benchmarks/results/h200-2026-12-04d
 case $1 in
 part)  # one part of the wheel into /tmp/tw
   mkdir -p /tmp/tw && cp .gpu-vllm/$2/* /tmp/tw/ && ls -la /tmp/tw ;;
@@ -42,4 +43,25 @@ joint2)  # the joint copies' unpacking read back 8 bytes per thread and row
       env PROBE_JOINT=1 $e timeout 100 python3 $P 3 fp8 "$V" graph 2>&1 | cut -c1-200 | grep -v "^shape" | sed "s/^/$e /"
     done
   done | tee $OUT/joint2.txt ;;
+vt)  # the fp8 MMAs reading V kept transposed per 16-key page
+  # (vt_pages_probe.py: O = P V against P.float() @ V.float())
+  timeout 200 python3 $D/vt_pages_probe.py 2>&1 | grep -v Warn | tail -20 | tee $OUT/vt.txt ;;
+vtkernel)  # (vt.patch) the 128-row pipeline with fp8 P V whose V tiles
+  # come by TMA straight into the ring as pages ([D, 16] bytes each,
+  # PROBE_VT=1; the cache is not laid out so, so only the times mean
+  # something), against the launch's pipeline and fp8 P V with the loader
+  # transposing V (its control), rings of 2-4; alternating processes
+  F='"fp8_pv":true,"packed_softmax":false,"narrow_tail":false'
+  V="{$F},{$F,\"ring\":3},{$F,\"ring\":4}"
+  for i in 1 2; do
+    timeout 100 python3 $P 3 fp8 "[{},$V]" graph 2>&1 | cut -c1-160 | grep -v "^shape"
+    PROBE_VT=1 timeout 100 python3 $P 3 fp8 "[$V]" graph 2>&1 | cut -c1-160 | grep -v "^shape" | sed "s/^/vt /"
+  done | tee $OUT/vtkernel.txt ;;
+vtcheck)  # (vt.patch) the same on a cache rewritten with V^T per page
+  # (vt_kernel_probe.py), against the float32 reference: then the outputs
+  # mean something; then the launch's pipeline and fp8 P V with the loader
+  # transposing V (vtkernel's control, whose JSON went wrong there)
+  PROBE_VT=1 timeout 200 python3 $D/vt_kernel_probe.py 3 2>&1 | grep -v Warn | tail -5 | tee $OUT/vtcheck.txt
+  F='"fp8_pv":true,"packed_softmax":false,"narrow_tail":false'
+  timeout 150 python3 $P 3 fp8 "[{},{$F},{$F,\"ring\":3},{$F,\"ring\":4},{}]" graph 2>&1 | cut -c1-160 | tee -a $OUT/vtcheck.txt ;;
 esac
