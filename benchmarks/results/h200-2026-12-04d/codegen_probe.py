@@ -85,5 +85,6 @@ for line in SASS[-1].splitlines():
     counts[1] += "LDL" in line
 for region, (stores, loads) in spills.items():
     print(" ", region, "STL", stores, "LDL", loads)
-ops = ("UTMALDG", "BAR.SYNC", "LDS", "STS", "F2FP", "PRMT")
+ops = ("UTMALDG", "BAR.SYNC", "LDS", "STS", "F2FP", "PRMT", "QGMMA", "HGMMA")
+ops += ("WARPGROUP.DEPBAR",)
 print(" ", " ".join(f"{op} {compiled.count(op)}" for op in ops))

@@ -64,4 +64,12 @@ vtcheck)  # (vt.patch) the same on a cache rewritten with V^T per page
   PROBE_VT=1 timeout 200 python3 $D/vt_kernel_probe.py 3 2>&1 | grep -v Warn | tail -5 | tee $OUT/vtcheck.txt
   F='"fp8_pv":true,"packed_softmax":false,"narrow_tail":false'
   timeout 150 python3 $P 3 fp8 "[{},{$F},{$F,\"ring\":3},{$F,\"ring\":4},{}]" graph 2>&1 | cut -c1-160 | tee -a $OUT/vtcheck.txt ;;
+vtpacked)  # (vt.patch and vt-packed.patch) the V^T pages with the softmax
+  # on float16 pairs turned into 8-bit weights, rings of 3 and 4, twice,
+  # against the float32 scores' weights; then the launch's pipeline
+  X='[{"ring":3},{"ring":3,"packed_softmax":true},{"ring":4},{"ring":4,"packed_softmax":true}]'
+  for i in 1 2; do
+    PROBE_VT=1 timeout 200 python3 $D/vt_kernel_probe.py 3 "$X" 2>&1 | grep -v Warn | grep " us "
+  done | tee $OUT/vtpacked.txt
+  timeout 100 python3 $P 3 fp8 '[{},{}]' graph 2>&1 | cut -c1-120 | grep " us " | tee -a $OUT/vtpacked.txt ;;
 esac

@@ -5,8 +5,11 @@
 # keys within the page in the order of 8-bit P V, position 4 q + 2 e + b
 # holding key 8 e + 2 q + b), and the kernel, which copies those pages by
 # TMA straight into its ring, is compared with the float32 reference on
-# the cache as it was; then timed (CUDA-graph replays), rings of 2-4.
-#   PROBE_VT=1 PYTHONPATH=/tmp/t371:src python3 vt_kernel_probe.py SHAPE
+# the cache as it was; then timed (CUDA-graph replays): rings of 2-4, or
+# the option overrides of the JSON list given (vt.patch and, for
+# "packed_softmax", vt-packed.patch applied).
+#   PROBE_VT=1 PYTHONPATH=/tmp/t371:src python3 vt_kernel_probe.py SHAPE [JSON]
+import json
 import sys
 
 sys.path[:0] = ["benchmarks", "src"]
@@ -60,8 +63,9 @@ def call(**var):
     return fixed_history_attention_wgmma(q, k, v, bt, ctx, qsl, W, s, out, **sc, **var)
 
 
-for ring in (2, 3, 4):
-    var = {**opts, "ring": ring}
+overrides = json.loads(sys.argv[2]) if len(sys.argv) > 2 else []
+for extra in overrides or [{"ring": ring} for ring in (2, 3, 4)]:
+    var = {**opts, **extra}
     errs = []
     for g, ref in refs.items():
         o = fixed_history_attention_wgmma(
@@ -70,4 +74,4 @@ for ring in (2, 3, 4):
         err = ((o - ref).abs().max() / ref.abs().max()).item()
         errs.append(f"err(q x {g:g}) {err:.2e}")
     [(_, t)] = B.time_variants(call, [var], graph=True)
-    print(f"{t:8.1f} us  {'  '.join(errs)}  ring {ring}", flush=True)
+    print(f"{t:8.1f} us  {'  '.join(errs)}  {extra}", flush=True)
