@@ -76,12 +76,12 @@ vt64)  # (vt.patch) V^T pages in the 64-row pipeline (fp8 shapes 1 and 3:
   # without the issuing warp, edge_tma, the narrow tail and half_rows,
   # which fp8 P V lacks; a first run with half_rows was refused), rings of
   # 3 and 4, against the launch's pipeline there and fp8 P V with the
-  # loader transposing V
+  # loader transposing V; `vt64 1`: shape 2 alone (vt64-1.txt)
   O='"issue_warp":false,"edge_tma":false,"half_rows":false'
   X="[{$O},{$O,\"ring\":4}]"
   F="\"fp8_pv\":true,\"packed_softmax\":false,\"narrow_tail\":false,$O"
-  for i in 0 2; do
+  for i in ${2:-0 2}; do
     PROBE_VT=1 timeout 200 python3 $D/vt_kernel_probe.py $i "$X" 2>&1 | grep -v Warn | grep -E " us |^shape|rror"
     timeout 150 python3 $P $i fp8 "[{},{$F}]" graph 2>&1 | cut -c1-200 | grep -E " us |rror"
-  done | tee $OUT/vt64.txt ;;
+  done | tee $OUT/vt64${2:+-$2}.txt ;;
 esac
