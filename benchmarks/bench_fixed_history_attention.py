@@ -259,6 +259,23 @@ def probe_args(argv):
     )
 
 
+def probe_gluon_options(shape, inputs):
+    """The Gluon pipeline options the launch takes for a probe's fp8
+    ``inputs`` (``build``'s) of ``shape``: the base that probes override."""
+    from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+    from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+    _, q, k, v, bt, ctx, qsl, sc = inputs
+    _, _, _, W, nH, nKV, D = shape
+    plan = launch.plan_launch(
+        num_tokens=q.shape[0], num_reqs=ctx.shape[0], num_heads=nH,
+        num_kv_heads=nKV, head_dim=D, sliding_window=W,
+        max_kv_len=bt.shape[1] * k.shape[1], device=q.device, kv_fp8=True,
+    )  # fmt: skip
+    kv = PagedKV(k, v, bt, ctx, qsl, (sc["k_scale"], sc["v_scale"]))
+    return launch.gluon_options(q, kv, plan)
+
+
 def time_variants(call, variants, *, graph=False, rep=300, before=None):
     """``(variant, median us)`` for ``call(**variant)`` of each variant, after
     ``before()`` (if given) and one untimed call (``bench_replayed`` with

@@ -18,8 +18,6 @@ import bench_fixed_history_attention as B  # noqa: E402
 import torch  # noqa: E402
 
 from vllm_spark2_5_plugin import ops  # noqa: E402
-from vllm_spark2_5_plugin.ops import fixed_history_launch as launch  # noqa: E402
-from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV  # noqa: E402
 from vllm_spark2_5_plugin.ops.fixed_history_gluon import (  # noqa: E402
     fixed_history_attention_wgmma,
 )
@@ -28,14 +26,7 @@ shape, inputs, _, _ = B.probe_args([None, sys.argv[1], "fp8", "[]"])
 raw, q, k, v, bt, ctx, qsl, sc = inputs
 R, L, Bq, W, nH, nKV, D = shape
 s = D**-0.5
-plan = launch.plan_launch(
-    num_tokens=q.shape[0], num_reqs=ctx.shape[0], num_heads=nH, num_kv_heads=nKV,
-    head_dim=D, sliding_window=W, max_kv_len=bt.shape[1] * k.shape[1],
-    device=q.device, kv_fp8=True,
-)  # fmt: skip
-base = launch.gluon_options(
-    q, PagedKV(k, v, bt, ctx, qsl, (sc["k_scale"], sc["v_scale"])), plan
-)
+base = B.probe_gluon_options(shape, inputs)
 refs = {
     g: ops.fixed_history_attention(
         q * g, k, v, bt, ctx, qsl, W, s, reference=True, **sc
