@@ -345,6 +345,22 @@ def build(shape, seed=0, kv_dtype="bf16"):
     return raw, q, k, v, bt, ctx, qsl, scales
 
 
+def with_v_pages(raw, D):
+    """A copy of the cache ``raw`` whose V pages are transposed, as the
+    DSpark draft's sliding layers keep an fp8 cache on Hopper
+    (``ops.v_pages_preferred``): its K and V views."""
+    from vllm_spark2_5_plugin.ops.v_pages import v_page_keys
+
+    raw = raw.clone()
+    kv_cache = raw.permute(0, 2, 1, 3) if LAYOUT == "nhd" else raw
+    k, v = kv_cache.transpose(1, 2).split(D, -1)
+    bits = v.view(torch.uint8)
+    blocks, page, heads, _ = bits.shape
+    t = bits[:, v_page_keys(v.device)].permute(0, 2, 3, 1)  # [.., D, position]
+    bits.copy_(t.reshape(blocks, heads, page, D).permute(0, 2, 1, 3))
+    return k, v
+
+
 def dequantize(x, scale):
     """A gathered K or V window in DTYPE (fp8: times its scale)."""
     if scale is None:
@@ -844,11 +860,20 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     kv_bytes = R * nKV * span * D * 2 * raw.element_size()
     floor_us = kv_bytes / bw * 1e6
     out = torch.empty_like(q)
+    # fp8 on Hopper: the kernel reads V's pages transposed, as the draft's
+    # sliding layers keep them (the reference and the peers read V in rows).
+    v_pages = (
+        kv_dtype == "fp8"
+        and not args.v_rows
+        and ops.v_pages_preferred(q.device, kv_fp8=True, head_dim=D, page_size=PAGE)
+    )
+    k_run, v_run = with_v_pages(raw, D) if v_pages else (k, v)
 
     fn = functools.partial(
         ops.fixed_history_attention,
-        *(q, k, v, bt, ctx, qsl, W, scale),
+        *(q, k_run, v_run, bt, ctx, qsl, W, scale),
         out=out,
+        v_pages_transposed=v_pages,
         **scales,
     )
     fn()
@@ -898,7 +923,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         via_triton = f" (the plan's Triton kernel: {bench(triton_fn):.1f} us)"
     print(
         f"  kernel {t_kernel:.1f} us{via_triton} (graph {t_graph:.1f} us), "
-        f"plan {plan}, "
+        f"plan {plan}{', V pages transposed' if v_pages else ''}, "
         f"floor {floor_us:.1f} us, {kv_bytes / t_kernel / 1e6:.2f} TB/s, "
         f"rel err vs reference {err_ref:.2e}",
         flush=True,
@@ -967,7 +992,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
     speedup = t_sdpa / t_kernel
     row = dict(
         name=name,
-        kv=kv_name,
+        kv=kv_name + (" (V pages transposed)" if v_pages else ""),
         speed_goal=kv_dtype == "bf16",
         kernel=t_kernel,
         graph=t_graph,
@@ -988,7 +1013,7 @@ def run_shape(idx, shape, kv_dtype, bw, args):
         base=t_base,
         base_err=err_base,
     )
-    del raw, q, k, v, bt, ctx, qsl, out, scales
+    del raw, q, k, v, k_run, v_run, bt, ctx, qsl, out, scales
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
     return row
@@ -1077,6 +1102,12 @@ def parse_args(argv=None):
         "--no-fa3", action="store_true", help="leave vLLM's FlashAttention 3 out"
     )
     ap.add_argument("--kernel-only", action="store_true", help="skip baselines")
+    ap.add_argument(
+        "--v-rows",
+        action="store_true",
+        help="fp8 caches with V in rows even where the draft's layers would keep "
+        "V's pages transposed (ops.v_pages_preferred)",
+    )
     ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd")
     ap.add_argument(
         "--pages",

@@ -311,18 +311,41 @@ def _launch_plan(plan, q, k_cache, block_table, context_lens, window):
     )
 
 
-def _rounds_q(plan, q, paged, scale_kwargs, window):
-    """Whether the launch (with ``plan``, or its own) rounds q to e4m3 for an
-    fp8 cache: the Gluon kernel runs it with ``fp8_scores``."""
+def _gluon_launch(plan, q, paged, scale_kwargs, window, v_pages=False):
+    """The Gluon kernel's options where the launch (with ``plan``, or its
+    own) runs it for an fp8 cache, else ``{}``."""
     from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
     from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
 
     own = plan is None
     k, _, bt, ctx, _ = paged
     plan = _launch_plan(plan, q, k, bt, ctx, window)
-    kv = PagedKV(*paged, tuple(scale_kwargs.values()))
-    options = launch.gluon_options(q, kv, plan, own_plan=own)
-    return options is not None and options.get("fp8_scores", False)
+    kv = PagedKV(*paged, tuple(scale_kwargs.values()), v_pages)
+    return launch.gluon_options(q, kv, plan, own_plan=own) or {}
+
+
+def _rounds_q(plan, q, paged, scale_kwargs, window):
+    """Whether the launch (with ``plan``, or its own) rounds q to e4m3 for an
+    fp8 cache: the Gluon kernel runs it with ``fp8_scores``."""
+    return _gluon_launch(plan, q, paged, scale_kwargs, window).get("fp8_scores", False)
+
+
+#: The key that each position of a transposed V page holds (16-key pages).
+_V_PAGE_KEYS = [8 * ((p // 2) % 2) + 2 * (p // 4) + p % 2 for p in range(16)]
+
+
+def _transpose_v_pages(v):
+    """Rewrites the V cache view ``v`` (``[blocks, 16, nKV, 128]``, any
+    strides) in place with each page's V transposed: value ``d`` of the key
+    at position ``p`` (key ``_V_PAGE_KEYS[p]``) at ``[block, d // 8, head,
+    16 * (d % 8) + p]``."""
+    bits = v.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[v.element_size()])
+    blocks, page, heads, dim = bits.shape
+    assert (page, dim) == (16, 128), (page, dim)
+    keys = torch.tensor(_V_PAGE_KEYS, device=v.device)
+    t = bits[:, keys].permute(0, 2, 3, 1)  # [blocks, heads, d, position]
+    t = t.reshape(blocks, heads, 16, 128)  # [.., d // 8, 16 * (d % 8) + p]
+    bits.copy_(t.permute(0, 2, 1, 3))
 
 
 def _run_and_check(
@@ -352,6 +375,7 @@ def _run_and_check(
     if fp8_scales is not None:
         fp8_scales = tuple(_f32(s) for s in fp8_scales)
     poison = options.pop("poison", False)
+    v_pages = options.pop("v_pages", False)
     q, k, v, bt, ctx, qsl = _make_inputs(
         case, dtype=dtype, device=device, seed=seed, fp8_scales=fp8_scales, **options
     )
@@ -367,6 +391,19 @@ def _run_and_check(
     ):
         q_ref = _e4m3_pow2_rows(q)
     ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, window, scale, fp8_scales)
+    pv8 = False
+    if v_pages:
+        # The reference above read V in rows; the kernel reads the same
+        # values from transposed pages (8-bit P V where the Gluon kernel
+        # runs them: its weights' bound, _assert_within_e4m3_weights).
+        pv8 = fp8_scales is not None and _gluon_launch(
+            plan, q, (k, v, bt, ctx, qsl), kwargs, window, True
+        ).get("fp8_pv", False)
+        ref_abs_v = _reference_f64(
+            q_ref, k, v.double().abs(), bt, ctx, qsl, window, scale, fp8_scales
+        )
+        _transpose_v_pages(v)
+        kwargs["v_pages_transposed"] = True
     if plan is not None:
         kwargs["plan"] = plan
     if plan is not None or out_given or extra_rows:
@@ -389,6 +426,8 @@ def _run_and_check(
     if e4m3:
         v_max = (v.double() * fp8_scales[1]).abs().max().item()
         _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what)
+    elif pv8:
+        _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what)
     else:
         _assert_close(out, ref, dtype, rows, what)
     if extra_rows:
@@ -568,6 +607,33 @@ if _IN_CHILD:
         # NaN in the slots before each window in its first page, past each
         # request's end in its last, and in every page no request uses.
         _interp_check(_INTERP_CASES[name], fp8_scales=fp8_scales, poison=True)
+
+    _V_PAGES_CASES = {
+        "sliding_gqa2": Case([0, 37, 20], [3, 1, 5], 24, 4, 2, 128, 16),
+        "full_hnd": Case([17, 3], [4, 2], None, 2, 1, 128, 16, "hnd"),
+    }
+
+    @pytest.mark.parametrize("fp8_scales", [None, (0.02, 3.0)], ids=["f16", "fp8"])
+    @pytest.mark.parametrize("name", sorted(_V_PAGES_CASES))
+    @pytest.mark.parametrize(
+        "plan",
+        [None, _plan(2, 32, num_warps=4, fp8_f16_dot=True), _plan(4, 16, 2)],
+        ids=["policy", "f16-dot", "splits"],
+    )
+    def test_interp_reads_v_pages_transposed(name, fp8_scales, plan):
+        # V's pages transposed (16-key pages, D = 128), NaN in every slot
+        # outside the windows (in a transposed page a slot's bytes hold
+        # other keys' values): the same output as from V in rows.
+        if plan is not None and plan.fp8_f16_dot and fp8_scales is None:
+            plan = dataclasses.replace(plan, fp8_f16_dot=False)
+        _interp_check(
+            _V_PAGES_CASES[name],
+            fp8_scales=fp8_scales,
+            poison=True,
+            v_pages=True,
+            extra_rows=2,
+            **({} if plan is None else {"plan": plan}),
+        )
 
     def test_interp_leaves_padding_rows_untouched():
         _interp_check(Case([10, 4], [2, 3], 6, 2, 1, 32, 4), extra_rows=4)
@@ -816,6 +882,35 @@ if not _IN_CHILD:
             v[bt[0, p // 4], p % 4] = -1e3
         after = ops.fixed_history_attention_reference(q, k, v, bt, ctx, qsl, 4, 1.0)
         torch.testing.assert_close(before, after, msg=f"seed={seed}")
+
+    @pytest.mark.parametrize("window", [None, 20])
+    def test_reference_reads_v_pages_transposed(window):
+        # Transposed V pages (the test's own rewrite): the reference reads the
+        # same values as from rows, so the outputs are equal bit for bit.
+        seed = _fresh_seed()
+        q, k, v, bt, ctx, qsl = _cpu_inputs(
+            Case([0, 40, 9], [3, 5, 1], window, 4, 2, 128, 16), seed
+        )
+        rows = ops.fixed_history_attention_reference(q, k, v, bt, ctx, qsl, window, 0.1)
+        _transpose_v_pages(v)
+        pages = ops.fixed_history_attention_reference(
+            q, k, v, bt, ctx, qsl, window, 0.1, v_pages_transposed=True
+        )
+        assert torch.equal(rows, pages), f"seed={seed}"
+        plain = ops.fixed_history_attention_reference(
+            q, k, v, bt, ctx, qsl, window, 0.1
+        )
+        assert not torch.allclose(rows, plain), "V read in rows from transposed pages"
+
+    @pytest.mark.parametrize(
+        "case", [Case([5], [2], 4, 2, 1, 128, 8), Case([5], [2], 4, 2, 1, 64, 16)]
+    )
+    def test_v_pages_transposed_needs_16_key_pages_of_head_dim_128(case):
+        q, k, v, bt, ctx, qsl = _cpu_inputs(case, 0)
+        with pytest.raises(ValueError, match="v_cache"):
+            ops.fixed_history_attention_reference(
+                q, k, v, bt, ctx, qsl, 4, 0.1, v_pages_transposed=True
+            )
 
     def _good_args(**over):
         tensors = _cpu_inputs(Case([5, 2], [2, 3], 4, 4, 2, 32, 4), 0, torch.float16)
@@ -1910,6 +2005,42 @@ if not _IN_CHILD:
     def test_cuda_head_dims_and_gqa_ratios(head_dim, group, dtype):
         case = Case([0, 37, 1000, 2600], [4, 1, 8, 6], 512, 2 * group, 2, head_dim, 16)
         _run_and_check(case, dtype=dtype, device="cuda")
+
+    def _v_pages_case(num_reqs, q_len, window, num_heads, num_kv_heads, seed):
+        """``num_reqs`` requests of random context lengths (some 0, some
+        below the window), page 16, D = 128."""
+        rng = random.Random(seed)
+        ctx = [rng.choice([0, rng.randrange(1, 900), rng.randrange(900, 5000)])]
+        ctx += [rng.randrange(0, 5000) for _ in range(num_reqs - 1)]
+        return Case(ctx, [q_len] * num_reqs, window, num_heads, num_kv_heads, 128, 16)
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["16-bit", "fp8"])
+    @pytest.mark.parametrize(
+        "shape",
+        [(64, 8, 1024, 32, 8), (40, 16, 1024, 32, 4), (8, 16, 4096, 32, 4)],
+        ids=["64-rows", "128-rows", "few-items"],
+    )
+    def test_cuda_reads_v_pages_transposed(shape, fp8, dtype):
+        # The launch's own plans over V's pages transposed, NaN in every slot
+        # outside the windows: on Hopper with an fp8 cache the Gluon kernel
+        # at 64 and 128 rows (8-bit P V, its weights' bound), with few items
+        # and with 16-bit caches the Triton kernel.
+        reqs, q_len, window, heads, kv_heads = shape
+        case = _v_pages_case(reqs, q_len, window, heads, kv_heads, _fresh_seed())
+        if shape[0] == 40:  # enough items for the 128-row Gluon plan
+            case = case._replace(ctx_lens=case.ctx_lens * 4, q_lens=case.q_lens * 4)
+        _run_and_check(
+            case,
+            dtype=dtype,
+            device="cuda",
+            fp8_scales=fp8,
+            poison=True,
+            v_pages=True,
+            extra_rows=3,
+        )
 
     @pytest.mark.cuda
     @_no_cuda

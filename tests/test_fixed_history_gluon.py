@@ -33,6 +33,7 @@ from test_fixed_history_attention import (
     _make_inputs,
     _poison_outside_windows,
     _reference_f64,
+    _transpose_v_pages,
 )
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -76,6 +77,7 @@ def _compile(
     narrow_tail=False,
     packed_softmax=False,
     mma_regs=None,
+    v_pages=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -109,7 +111,10 @@ def _compile(
         cache_dtype = torch.float8_e4m3fn if kv_dtype == "fp8e4nv" else torch.bfloat16
         cache = torch.empty(4, 16, 8, head_dim, dtype=cache_dtype)
         desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
-        signature.update(k_desc=desc, v_desc=desc)
+        v_desc = (
+            mangle_type(gluon_ops._tma_descriptor(cache, True)) if v_pages else desc
+        )
+        signature.update(k_desc=desc, v_desc=v_desc)
         if not tma:
             constants.update(k_desc=None, v_desc=None)
         # The wait statistics' buffer (wait_stats), else None.
@@ -149,6 +154,7 @@ def _compile(
                 edge_tma=edge_tma,
                 narrow_tail=narrow_tail,
                 packed_softmax=packed_softmax,
+                v_pages=v_pages,
                 **({} if mma_regs is None else {"mma_regs": mma_regs}),
             )
         )
@@ -938,6 +944,51 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
         assert code.barrier_threads[256] == 0, code.barrier_threads
 
 
+@pytest.mark.parametrize(
+    "rows,group,maxnreg,wide",
+    [(64, 4, 128, False), (128, 8, 168, False), (128, 8, 168, True)],
+    ids=["64-rows", "128-rows", "128-rows-128-keys"],
+)
+def test_v_pages_pipelines_copy_v_straight_into_the_ring(rows, group, maxnreg, wide):
+    # The launch's pipelines over an fp8 cache whose V pages are transposed:
+    # 8-bit P V (fp8 MMAs for both products) with V copied by TMA page by
+    # page into the ring, so without the loader's staging slots (less shared
+    # memory) and with fewer shared-memory stores than the same pipeline
+    # transposing V's staged tiles (only the tiles reaching outside the
+    # window pass through the loader's registers); within the registers.
+    import triton
+
+    pipeline = _gluon_pipeline(
+        rows,
+        kv_fp8=True,
+        tma=True,
+        fp8_scores=True,
+        half_rows=rows == 64,
+        wide_tiles=wide,
+        v_pages=True,
+    )
+    assert pipeline["fp8_pv"] and pipeline["v_pages"], pipeline
+    assert not {"half_rows", "issue_warp", "edge_tma", "narrow_tail"} & set(pipeline)
+    pages, transposing = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *("fp8e4nv", group, 128),
+            maxnreg=maxnreg,
+            rows=rows,
+            f16=True,
+            **{**pipeline, "v_pages": v_pages},
+        )
+        for v_pages in (True, False)
+    )
+    assert pages.registers <= maxnreg
+    assert pages.shared_bytes < transposing.shared_bytes
+    assert pages.count("QGMMA") > 0 and pages.count("HGMMA") == 0, pages.instructions
+    assert pages.count("STS") < transposing.count("STS"), pages.instructions
+    assert pages.count("UTMALDG") > 0
+    if triton.__version__.startswith("3.7."):
+        assert pages.stack_bytes <= transposing.stack_bytes
+
+
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
 @pytest.mark.parametrize("rows,group,maxnreg", [(64, 4, 128), (128, 8, 168)])
 def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv_dtype):
@@ -1426,6 +1477,30 @@ _KERNELS = {
         "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
         "narrow_tail": False,  # (the default loop's, with V converted)
     },
+    # ... with V's pages transposed in the cache (the writer's
+    # v_pages_transposed layout), copied by TMA straight into the ring: the
+    # launch's pipelines over such a cache at 64 and 128 rows.
+    "ws-fp8-v-pages": {
+        "warp_specialized": True,
+        **_gluon_pipeline(
+            64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True, v_pages=True
+        ),
+        "f16_dots": True,
+    },
+    "ws-128rows-fp8-v-pages-wide": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(
+            128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True, v_pages=True
+        ),
+        "f16_dots": True,
+    },
+    "ws-128rows-fp8-v-pages": {
+        "warp_specialized": True,
+        "rows": 128,
+        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, v_pages=True),
+        "f16_dots": True,
+    },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
     "ws-fp8-scores-overlap-ring3-raw3": {
         "warp_specialized": True,
@@ -1513,6 +1588,12 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     )
     if poison:
         _poison_outside_windows(k, v, bt, ctx, qsl, case.window)
+    v_ref = v
+    if _KERNELS[kernel].get("v_pages"):
+        if case.head_dim != 128:
+            pytest.skip("V's pages are held transposed at head dim 128 only")
+        v_ref = v.clone()
+        _transpose_v_pages(v)
     scales = {}
     if fp8 is not None:
         scales = {
@@ -1540,12 +1621,12 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     fp8_pv = _KERNELS[kernel].get("fp8_pv", False)
     packed = _KERNELS[kernel].get("packed_softmax", False)
     q_ref = _e4m3_pow2_rows(q, 0 if packed else 8) if fp8_scores else q
-    ref = _reference_f64(q_ref, k, v, bt, ctx, qsl, case.window, scale, fp8)
+    ref = _reference_f64(q_ref, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
     what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"
     if fp8_pv:
         ref_abs_v = _reference_f64(
-            q_ref, k, v.double().abs(), bt, ctx, qsl, case.window, scale, fp8
+            q_ref, k, v_ref.double().abs(), bt, ctx, qsl, case.window, scale, fp8
         )
         _assert_within_e4m3_weights(out, ref, ref_abs_v, torch.bfloat16, rows, what)
     else:
@@ -1554,7 +1635,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     if fp8_scores and not fp8_pv:
         # (With fp8_pv the weights' rounding hides q's; fp8_scores alone
         # shows it.)
-        exact = _reference_f64(q, k, v, bt, ctx, qsl, case.window, scale, fp8)
+        exact = _reference_f64(q, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
         got = out[:rows].double()
         near = (got - ref[:rows]).norm().item()
         far = (got - exact[:rows]).norm().item()

@@ -201,6 +201,25 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
             None if bias is None else bias[self.q_size :],
         )
 
+    def v_pages_transposed(self, kv_cache: torch.Tensor) -> bool:
+        """Whether this layer keeps V's pages transposed in ``kv_cache``
+        (``ops.v_pages``): a sliding layer with an fp8 cache where the
+        launch policy prefers it (``ops.v_pages_preferred``: on Hopper the
+        Gluon kernel then multiplies the pages as copied). Only this
+        layer's own writer and the fixed-history kernel touch its cache, and
+        the answer depends only on the layer and the cache, so every write
+        and read of the cache agrees."""
+        if self.sliding_window is None or not kv_cache.is_cuda:
+            return False
+        from vllm_spark2_5_plugin.ops import v_pages_preferred
+
+        return v_pages_preferred(
+            kv_cache.device,
+            kv_fp8=vllm_seam.kv_cache_quant(self.attn) is not None,
+            head_dim=self.head_dim,
+            page_size=kv_cache.shape[2],
+        )
+
     def store_kv(
         self,
         key: torch.Tensor,
@@ -211,7 +230,22 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         """Write K/V rows into this layer's paged cache."""
         if kv_cache is None:
             kv_cache = vllm_seam.layer_kv_cache(self.attn)
-        if kv_cache.is_cuda:
+        if self.v_pages_transposed(kv_cache):
+            # vLLM's writer stores whole V rows, which would overwrite other
+            # keys' values in a transposed page.
+            from vllm_spark2_5_plugin.ops import write_kv_cache
+
+            quant = vllm_seam.kv_cache_quant(self.attn)
+            write_kv_cache(
+                key,
+                value,
+                *vllm_seam.split_kv_cache(kv_cache, self.head_dim, quant),
+                slot_mapping,
+                quant.k_scale,
+                quant.v_scale,
+                v_pages_transposed=True,
+            )
+        elif kv_cache.is_cuda:
             vllm_seam.write_kv_cache(
                 self.attn,
                 key.view(-1, self.num_kv_heads, self.head_dim),
@@ -282,6 +316,7 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
             self.sliding_window,  # None for full layers
             self.scale,
             out=out,
+            v_pages_transposed=self.v_pages_transposed(paged.cache),
             **scales,
         )
         return out.view(num_tokens, -1)

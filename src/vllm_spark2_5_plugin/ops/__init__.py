@@ -16,6 +16,12 @@
 * ``sm_count(device)``: the SM count the persistent grid is sized with;
 * ``gluon_supported(device)``: whether the Gluon kernel can run there (an
   sm_90 GPU under Triton 3.7);
+* ``write_kv_cache(key, value, k_cache, v_cache, slot_mapping, k_scale=None,
+  v_scale=None, *, v_pages_transposed=False)``: K/V rows into a paged cache
+  (Triton), in vLLM's layout or with V's pages transposed (``ops.v_pages``);
+  ``write_kv_cache_reference(...)``: the same in plain PyTorch;
+* ``v_pages_preferred(device, *, kv_fp8, head_dim, page_size)``: whether a
+  cache the plugin alone writes should hold V's pages transposed;
 * what the kernel runs, from ``vllm_spark2_5_plugin.ops.limits`` (pure
   Python): ``SUPPORTED_DTYPES``, ``SUPPORTED_KV_CACHE_DTYPES``,
   ``FP8_KV_CACHE_DTYPES``, ``FP8_CACHE_DTYPE``, ``MIN_HEAD_DIM``,
@@ -49,6 +55,9 @@ __all__ = [
     "unsupported_dtype_reason",
     "unsupported_head_dim_reason",
     "unsupported_kv_cache_dtype_reason",
+    "v_pages_preferred",
+    "write_kv_cache",
+    "write_kv_cache_reference",
 ]
 
 # public name -> submodule defining it; every other name of __all__ is in limits
@@ -60,6 +69,9 @@ _MODULES = {
     "plan_launch": "fixed_history_launch",
     "sm_count": "fixed_history_launch",
     "uniform_batch_plan": "fixed_history_launch",
+    "v_pages_preferred": "fixed_history_launch",
+    "write_kv_cache": "kv_cache_write",
+    "write_kv_cache_reference": "v_pages",
 }
 
 if TYPE_CHECKING:
@@ -73,7 +85,9 @@ if TYPE_CHECKING:
         plan_launch,
         sm_count,
         uniform_batch_plan,
+        v_pages_preferred,
     )
+    from vllm_spark2_5_plugin.ops.kv_cache_write import write_kv_cache
     from vllm_spark2_5_plugin.ops.limits import (
         FP8_CACHE_DTYPE,
         FP8_KV_CACHE_DTYPES,
@@ -85,6 +99,7 @@ if TYPE_CHECKING:
         unsupported_head_dim_reason,
         unsupported_kv_cache_dtype_reason,
     )
+    from vllm_spark2_5_plugin.ops.v_pages import write_kv_cache_reference
 
 
 def __getattr__(name: str):

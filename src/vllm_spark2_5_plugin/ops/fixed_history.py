@@ -29,6 +29,7 @@ from vllm_spark2_5_plugin.ops.limits import (
     unsupported_dtype_reason,
     unsupported_head_dim_reason,
 )
+from vllm_spark2_5_plugin.ops.v_pages import check_v_pages
 
 if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history_launch import LaunchPlan
@@ -87,6 +88,7 @@ def fixed_history_attention(
     reference: bool = False,
     k_scale: torch.Tensor | float | None = None,
     v_scale: torch.Tensor | float | None = None,
+    v_pages_transposed: bool = False,
 ) -> torch.Tensor:
     """Attention of each request's draft block over a fixed key window.
 
@@ -123,6 +125,13 @@ def fixed_history_attention(
             device that the kernel reads on the device (no host sync, so the
             call stays capturable and follows in-place updates on replay), or
             a finite positive Python number.
+        v_pages_transposed: ``v_cache``'s pages hold V transposed, as
+            ``write_kv_cache(..., v_pages_transposed=True)`` writes them
+            (pages of 16 keys, head dim 128): value ``d`` of the key at
+            offset ``k`` of page ``b`` at ``v_cache[b, d // 8, head, 16 * (d
+            % 8) + position(k)]`` (``ops.v_pages``). On Hopper an fp8 cache
+            in that layout is the 8-bit ``P V``'s operand as it is, so the
+            Gluon kernel copies its pages without staging or transposing.
 
     Returns:
         ``out`` (allocated when not given). Rows owned by no request are left
@@ -142,7 +151,17 @@ def fixed_history_attention(
         scale = _check_kernel_inputs(q, k_cache, v_cache, scale, scales is not None)
     if out is None:
         out = torch.empty_like(q)
-    kv = PagedKV(k_cache, v_cache, block_table, context_lens, query_start_loc, scales)
+    if v_pages_transposed:
+        check_v_pages(v_cache)
+    kv = PagedKV(
+        k_cache,
+        v_cache,
+        block_table,
+        context_lens,
+        query_start_loc,
+        scales,
+        bool(v_pages_transposed),
+    )
     if reference:
         return attend_reference(q, kv, window, scale, out)
     from vllm_spark2_5_plugin.ops.fixed_history_launch import launch_kernel

@@ -213,7 +213,8 @@ def interpreting() -> bool:
 class PagedKV(NamedTuple):
     """The paged cache and the per-request metadata one launch reads;
     ``scales`` is ``(k_scale, v_scale)`` for an fp8 cache (see
-    :func:`check_kv_dtypes`), ``None`` otherwise."""
+    :func:`check_kv_dtypes`), ``None`` otherwise; ``v_pages``: V's pages
+    are held transposed (``fixed_history_attention(v_pages_transposed=True)``)."""
 
     k_cache: torch.Tensor
     v_cache: torch.Tensor
@@ -221,3 +222,4 @@ class PagedKV(NamedTuple):
     context_lens: torch.Tensor
     query_start_loc: torch.Tensor
     scales: tuple[torch.Tensor | float, torch.Tensor | float] | None = None
+    v_pages: bool = False

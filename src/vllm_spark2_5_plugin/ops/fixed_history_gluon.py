@@ -1447,6 +1447,94 @@ def _stage_raw(
         )  # fmt: skip
 
 
+#: ``FP8_PV`` values: 8-bit ``P V`` with the loader transposing V's staged
+#: tiles into the ring, or with the cache's V pages already transposed
+#: (``fixed_history_attention_wgmma(v_pages=True)``).
+PV_TRANSPOSING = gl.constexpr(1)
+PV_PAGES = gl.constexpr(2)
+
+
+@gluon.constexpr_function
+def v_page_piece_layout():
+    """The shared layout of one TMA copy of a transposed V page (``[1, 16,
+    1, 128]`` of the ``[blocks, page, heads, D]`` e4m3 view): its bytes as
+    they are, no swizzle."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=4)
+
+
+@gluon.constexpr_function
+def _v_pages_layout(head_dim, block_n, page):
+    """A ring buffer of transposed V pages as the ``[head_dim, block_n]``
+    operand of 8-bit ``P V``: the tile's pages one after another, each
+    ``[head_dim, page]`` with its keys contiguous (offset bits 0-3: the key
+    position within the page, then the head dim, then the page)."""
+    bases = [[0, 1 << i] for i in range(page.bit_length() - 1)]
+    bases += [[1 << i, 0] for i in range(head_dim.bit_length() - 1)]
+    bases += [[0, page << i] for i in range((block_n // page).bit_length() - 1)]
+    return gl.SharedLinearLayout(bases)
+
+
+@gluon.jit
+def _v_page_keys(pos):
+    """The key (within its page) that position ``pos`` of a transposed V
+    page holds: the order of ``_fp8_key_order``."""
+    return 8 * ((pos // 2) % 2) + 2 * (pos // 4) + pos % 2
+
+
+@gluon.jit
+def _stage_v_pages(
+    v_desc, v_head, dst, bar, bt_row, start, lo, hi, kv_head, stride_v_blk,
+    stride_v_slot, PAGE_SIZE: gl.constexpr,
+):  # fmt: skip
+    """The transposed V pages of the key tile from ``start`` into ring
+    buffer ``dst``, byte for byte (``[BLOCK_N // 16]`` pages of 16 rows of
+    128 bytes), completing one of ``bar``'s arrivals: by TMA, one copy per
+    page, when all the tile's keys lie in ``lo .. hi - 1``; else through
+    the loader's registers with the bytes of keys outside the window
+    zeroed (a page's 16 keys share every 16-byte piece, so no copy can
+    leave some out; those slots may hold NaN, which a weight of 0 would not
+    cancel), then fenced and signalled."""
+    HEAD_DIM: gl.constexpr = dst.shape[0]
+    BLOCK_N: gl.constexpr = dst.shape[1]
+    PAGES: gl.constexpr = BLOCK_N // PAGE_SIZE
+    if (start >= lo) & (start + BLOCK_N <= hi):
+        mbarrier.expect(bar, BLOCK_N * HEAD_DIM)
+        pieces = _view_as(
+            dst, dst.dtype, [PAGES, 1, PAGE_SIZE, 1, HEAD_DIM], v_page_piece_layout()
+        )
+        page_ids = _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N)
+        for p in gl.static_range(PAGES):
+            _tma_load(
+                v_desc, [_page_id(page_ids, p), 0, kv_head, 0], bar, pieces.index(p)
+            )
+    else:
+        # A page at a time: 16 bytes per thread (the whole tile would spill).
+        layout: gl.constexpr = _kv_layout(HEAD_DIM, True, gl.num_warps())
+        flat: gl.constexpr = gl.NVMMASharedLayout(
+            swizzle_byte_width=0, element_bitwidth=8, rank=2
+        )
+        pages = _view_as(dst, dst.dtype, [PAGES, PAGE_SIZE, HEAD_DIM], flat)
+        rows = gl.arange(0, PAGE_SIZE, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        page_keys = gl.expand_dims(_v_page_keys(cols % PAGE_SIZE), 0)
+        for p in gl.static_range(PAGES):
+            page_start = start + p * PAGE_SIZE
+            page = gl.load(
+                bt_row + page_start // PAGE_SIZE, mask=page_start < hi, other=0
+            )
+            keys = page_start + page_keys
+            v = gl.load(
+                v_head + page.to(gl.int64) * stride_v_blk
+                + gl.expand_dims(rows * stride_v_slot, 1) + gl.expand_dims(cols, 0),
+                mask=(keys >= lo) & (keys < hi),
+                other=0.0,
+            )  # fmt: skip
+            pages.index(p).store(v)
+        fence_async_shared()
+        gl.barrier()
+        mbarrier.arrive(bar, count=1)
+
+
 @gluon.jit
 def _ws_tma_fp8_partition(
     k_desc, v_desc, k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
@@ -1497,14 +1585,15 @@ def _ws_tma_fp8_partition(
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
                 start = first + i * BLOCK_N
-                _stage_raw(
-                    k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
-                    raw_ready.index(slot), bt_row,
-                    _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
-                    k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
-                    stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
-                    BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES, EDGE_TMA,
-                )  # fmt: skip
+                if FP8_PV != PV_PAGES:
+                    _stage_raw(
+                        k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
+                        raw_ready.index(slot), bt_row,
+                        _tile_page_ids(bt_row, start, hi, PAGE_SIZE, BLOCK_N),
+                        k_head, v_head, kv_head, start, lo, hi, stride_k_blk,
+                        stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE,
+                        BLOCK_N, HEAD_DIM, kv_layout, FP8_SCORES, EDGE_TMA,
+                    )  # fmt: skip
             page_ids = _tile_page_ids(
                 bt_row, first + NUM_RAW * BLOCK_N, hi, PAGE_SIZE, BLOCK_N
             )
@@ -1526,11 +1615,18 @@ def _ws_tma_fp8_partition(
                         stride_k_slot, None, None, PAGE_SIZE, BLOCK_N,
                         HEAD_DIM, kv_layout, EDGE_TMA,
                     )  # fmt: skip
-                    landed = _timed_wait(
-                        raw_ready.index(slot), ((r + t) // NUM_RAW) & 1, landed,
-                        STATS,
-                    )  # fmt: skip
-                    if FP8_PV:
+                    if FP8_PV != PV_PAGES:
+                        landed = _timed_wait(
+                            raw_ready.index(slot), ((r + t) // NUM_RAW) & 1,
+                            landed, STATS,
+                        )  # fmt: skip
+                    if FP8_PV == PV_PAGES:
+                        _stage_v_pages(
+                            v_desc, v_head, v_smem.index(buf), ready.index(buf),
+                            bt_row, first + t * BLOCK_N, lo, hi, kv_head,
+                            stride_v_blk, stride_v_slot, PAGE_SIZE,
+                        )  # fmt: skip
+                    elif FP8_PV:
                         v = v_raw.index(slot).load(_transpose_layout(HEAD_DIM, 4))
                         v = _fp8_key_order(v, 0)
                         v_smem.index(buf).store(gl.permute(v, (1, 0)))
@@ -1556,11 +1652,15 @@ def _ws_tma_fp8_partition(
                         first + t * BLOCK_N, lo, hi, EDGE_TMA,
                     )  # fmt: skip
                 # Every loading thread's stores visible to the MMAs' proxy and
-                # its reads of the slot done before TMA writes it again.
-                fence_async_shared()
-                gl.barrier()
-                mbarrier.arrive(ready.index(buf), count=1)
-                if t + NUM_RAW < n_tiles:
+                # its reads of the slot done before TMA writes it again
+                # (PV_PAGES: in _stage_v_pages, where it stores).
+                if FP8_PV != PV_PAGES:
+                    fence_async_shared()
+                    gl.barrier()
+                    mbarrier.arrive(ready.index(buf), count=1)
+                if FP8_PV == PV_PAGES:
+                    pass
+                elif t + NUM_RAW < n_tiles:
                     _stage_raw(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                         raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
@@ -2062,7 +2162,12 @@ def _ws_mma_partition(
                             _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
                         )  # fmt: skip
                         v_buf = v_smem.index(buf)
-                        if FP8_PV:
+                        if FP8_PV == PV_PAGES:
+                            v_buf = _view_as(
+                                v_buf, v_buf.dtype, [HEAD_DIM, BLOCK_N],
+                                _v_pages_layout(HEAD_DIM, BLOCK_N, 16),
+                            ).permute((1, 0))  # fmt: skip
+                        elif FP8_PV:
                             v_buf = v_buf.permute((1, 0))
                         m_i, l_i, acc = _key_tile(
                             q_smem, k_smem.index(buf), v_buf, m_i, l_i, acc,
@@ -2202,9 +2307,12 @@ def fixed_history_ws_kernel(
             k_raw = gl.allocate_shared_memory(
                 kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
             )
-        v_raw = gl.allocate_shared_memory(
-            kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
-        )
+        if FP8_PV == PV_PAGES:
+            v_raw = v_smem  # unused: V's pages copied straight into the ring
+        else:
+            v_raw = gl.allocate_shared_memory(
+                kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
+            )
         if TMA:
             raw_ready = gl.allocate_shared_memory(
                 gl.int64, [NUM_RAW, 1], mbarrier.MBarrierLayout()
@@ -2370,10 +2478,11 @@ def pipeline_constants(
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
     edge_fence=False, half_rows=False, edge_tma=False, narrow_tail=False,
-    packed_softmax=False,
+    packed_softmax=False, v_pages=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
+    pv = PV_PAGES if v_pages else PV_TRANSPOSING if fp8_pv else 0
     return dict(
         NUM_BUF=ring,
         NUM_RAW=raw_slots,
@@ -2388,7 +2497,7 @@ def pipeline_constants(
         TMA=tma,
         SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
-        FP8_PV=fp8_pv,
+        FP8_PV=getattr(pv, "value", pv),
         ISSUE_WARP=issue_warp,
         EDGE_FENCE=edge_fence,
         HALF_ROWS=half_rows,
@@ -2460,10 +2569,10 @@ def kernel_arguments(
     return args, constants
 
 
-def _tma_descriptor(cache):
+def _tma_descriptor(cache, v_pages=False):
     """A TMA descriptor of a ``[blocks, page, KV heads, D]`` cache view (any
     16-byte-aligned strides) whose copies are one page of one KV head and
-    128 bytes of the head dim."""
+    128 bytes of the head dim (``v_pages``: a transposed V page, unswizzled)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     bits = cache.element_size() * 8
@@ -2472,15 +2581,16 @@ def _tma_descriptor(cache):
         list(cache.shape),
         list(cache.stride()),
         [1, cache.shape[1], 1, tma_piece_width(bits)],
-        _host_piece_layout(bits),
+        _host_piece_layout(bits, v_pages),
     )
 
 
 @functools.cache
-def _host_piece_layout(bits):
-    """``tma_piece_layout`` built once per element width on the host (a
-    layout takes about 5 us to build, twice per launch)."""
-    return tma_piece_layout(bits)
+def _host_piece_layout(bits, v_pages=False):
+    """``tma_piece_layout`` (``v_pages``: ``v_page_piece_layout``) built once
+    per element width on the host (a layout takes about 5 us to build, twice
+    per launch)."""
+    return v_page_piece_layout() if v_pages else tma_piece_layout(bits)
 
 
 def fixed_history_attention_wgmma(
@@ -2521,6 +2631,7 @@ def fixed_history_attention_wgmma(
     edge_tma=False,
     narrow_tail=False,
     packed_softmax=False,
+    v_pages=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2604,6 +2715,14 @@ def fixed_history_attention_wgmma(
     instruction (the exponents ``s * scale - m`` rounded to float16,
     ``ex2.approx.f16x2``, the tile's row sums in float16 down to 8
     columns); the running maxima, sums and the output stay float32.
+    ``v_pages`` (``fp8_pv``, pages of 16 keys, head dim 128): ``v_cache``
+    holds each page's V transposed (the writer's ``v_pages_transposed``
+    layout: ``v_cache[block, d // 8, head, 16 * (d % 8) + position]``, the
+    keys of a page at the positions of ``_fp8_key_order``), which is the
+    8-bit ``P V``'s operand as it is: the loader copies the pages by TMA
+    byte for byte straight into the ring, no staging and no transposing
+    (the tiles with keys outside the window through its registers, those
+    keys' bytes zeroed).
     ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
@@ -2681,6 +2800,14 @@ def fixed_history_attention_wgmma(
         raise ValueError(
             "packed_softmax needs fp8_scores=True, overlap=False and fp8_pv=False"
         )
+    if v_pages and not (
+        fp8_pv and k_cache.shape[1] == 16 and q.shape[2] == 128 and not edge_tma
+    ):
+        raise ValueError(
+            "v_pages needs fp8_pv=True, edge_tma=False, pages of 16 keys and "
+            f"head dim 128 (got pages of {k_cache.shape[1]}, head dim "
+            f"{q.shape[2]})"
+        )
     if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
@@ -2724,7 +2851,7 @@ def fixed_history_attention_wgmma(
         )
     if warp_specialized:
         descs = (
-            (_tma_descriptor(k_cache), _tma_descriptor(v_cache))
+            (_tma_descriptor(k_cache), _tma_descriptor(v_cache, v_pages))
             if tma
             else (None, None)
         )
@@ -2753,6 +2880,7 @@ def fixed_history_attention_wgmma(
                 edge_tma=edge_tma,
                 narrow_tail=narrow_tail,
                 packed_softmax=packed_softmax,
+                v_pages=v_pages,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,

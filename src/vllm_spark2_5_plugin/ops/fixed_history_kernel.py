@@ -117,6 +117,19 @@ def _load_rows(head_ptr, page, slot, stride_blk, stride_slot, offs_d, ok):
 
 
 @triton.jit
+def _load_v_pages(head_ptr, page, slot, stride_blk, stride_slot, offs_d, ok):
+    """V rows (page, slot) of one KV head of a cache whose pages hold V
+    transposed (16-key pages, head dim 128): value ``d`` of key ``k`` at
+    ``[page, d // 8, head, 16 * (d % 8) + position(k)]``, the key's
+    position within the page ``4 ((k % 8) // 2) + 2 (k // 8) + k % 2``; 0
+    where not ok."""
+    position = 4 * ((slot % 8) // 2) + 2 * (slot // 8) + slot % 2
+    row = page.to(tl.int64) * stride_blk + position
+    col = (offs_d // 8) * stride_slot + 16 * (offs_d % 8)
+    return tl.load(head_ptr + row[:, None] + col[None, :], mask=ok[:, None], other=0.0)
+
+
+@triton.jit
 def _scale_value(scale, IN_MEMORY: tl.constexpr):
     """A dequantization scale: read from device memory (an fp32 pointer, so a
     CUDA-graph replay sees its current value) or passed by value."""
@@ -270,6 +283,7 @@ def fixed_history_kernel(
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
     TRANSPOSED: tl.constexpr,  # S^T = K Q^T, O^T += V^T P^T
     V_ASM_COPY: tl.constexpr,  # FP8_F16_DOT: V's float16 tile via _asm_copy_f16
+    V_PAGES: tl.constexpr = False,  # V's pages transposed (_load_v_pages)
 ):
     if KV_FP8:
         # Dequantize outside the dot products (see the module docstring).
@@ -351,9 +365,14 @@ def fixed_history_kernel(
                 k_tile = _load_rows(
                     k_head, page, slot, stride_k_blk, stride_k_slot, offs_d, key_ok
                 )
-                v_tile = _load_rows(
-                    v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
-                )
+                if V_PAGES:
+                    v_tile = _load_v_pages(
+                        v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
+                    )
+                else:
+                    v_tile = _load_rows(
+                        v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
+                    )
                 # (The e4m3 path feeds the e4m3 tiles as they are.)
                 if KV_FP8 and FP8_F16_DOT:
                     k_tile = k_tile.to(tl.float16)

@@ -178,6 +178,7 @@ def _gluon_pipeline(
     fp8_scores: bool = False,
     half_rows: bool = False,
     wide_tiles: bool = False,
+    v_pages: bool = False,
 ) -> dict:
     """The Gluon kernel's pipeline options beyond its defaults (H200,
     2026-12-02). ``tma``: the caches can be copied by the tensor memory
@@ -239,6 +240,17 @@ def _gluon_pipeline(
             )
         elif not kv_fp8 and not tma:
             options.update(fence_in_mma=True)
+    if v_pages and options.get("fp8_scores"):
+        # V's pages held transposed in the cache (fp8 scores only, else the
+        # Triton kernel runs): 8-bit P V on them as copied, a ring of 4,
+        # without the options 8-bit P V lacks (at 64 rows 32 padding rows
+        # per tile then). fp8 shapes 1-4: 147.3 -> 139.4, 554.2 -> 530.8,
+        # 164.7 -> 157.2, 67.2 -> 56.1 us (H200, Triton 3.7.1, 2026-12-04,
+        # in a probe of the same pipeline).
+        for name in ("half_rows", "issue_warp", "edge_tma", "narrow_tail"):
+            options.pop(name, None)
+        options.pop("packed_softmax", None)
+        options.update(fp8_pv=True, v_pages=True, ring=4)
     return options
 
 
@@ -337,6 +349,33 @@ def gluon_supported(device: torch.device) -> bool:
         return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
     return _gluon_device(idx)
+
+
+#: "0" (or false/no/off) keeps vLLM's row layout in the caches the plugin
+#: writes itself where :func:`v_pages_preferred` would transpose V's pages.
+V_PAGES_ENV = "SPARK2_5_V_PAGES"
+
+
+def v_pages_preferred(
+    device: torch.device, *, kv_fp8: bool, head_dim: int, page_size: int
+) -> bool:
+    """Whether a cache that only the plugin writes and reads (the DSpark
+    draft's sliding layers) should hold V's pages transposed
+    (``write_kv_cache(v_pages_transposed=True)``): an fp8 cache with pages
+    of 16 keys and head dim 128 on a device where the Gluon kernel runs with
+    fp8 scores, whose 8-bit ``P V`` then reads V's pages as TMA copies them
+    (no staging, no transposing); not under ``SPARK2_5_V_PAGES=0``. Where a
+    launch does not take the Gluon kernel (too few items for its 128-row
+    plan, say), the Triton kernel reads the same layout."""
+    if os.environ.get(V_PAGES_ENV, "").strip().lower() in _OFF:
+        return False
+    return (
+        kv_fp8
+        and head_dim == 128
+        and page_size == 16
+        and gluon_supported(device)
+        and gluon_fp8_scores(os.environ.get(GLUON_ENV))
+    )
 
 
 def _next_pow2(x: int) -> int:
@@ -631,11 +670,12 @@ def kernel_constants(
     k_scale_in_memory: bool,
     v_scale_in_memory: bool,
     inline_ptx: bool = True,
+    v_pages: bool = False,
 ) -> dict[str, int | bool]:
     """The compile-time arguments of :func:`fixed_history_kernel` for ``plan``
     (also used to compile it ahead of time, ``ops.fixed_history_codegen``).
     ``inline_ptx``: whether the kernel may use inline PTX (an NVIDIA GPU, not
-    the interpreter)."""
+    the interpreter); ``v_pages``: V's pages are held transposed."""
     group = num_heads // num_kv_heads
     return dict(
         NUM_Q_HEADS=num_heads,
@@ -661,6 +701,7 @@ def kernel_constants(
         V_ASM_COPY=(
             kv_fp8 and plan.fp8_f16_dot and inline_ptx and plan.tile_rows(group) < 64
         ),
+        V_PAGES=v_pages,
     )
 
 
@@ -674,6 +715,7 @@ def _announce(
     fp8_scores: bool = False,
     half_rows: bool = False,
     wide_tiles: bool = False,
+    v_pages: bool = False,
     splits: int = 1,
 ) -> None:
     """Log once per process and kind of launch which kernel runs it (at INFO,
@@ -690,12 +732,13 @@ def _announce(
             fp8_scores=fp8_scores,
             half_rows=half_rows,
             wide_tiles=wide_tiles,
+            v_pages=v_pages,
         )
         options = sorted(k for k, v in pipeline.items() if v is True)
         if "block_n" in pipeline:
             options.append(f"{pipeline['block_n']}-key tiles")
     else:
-        options = [f"{splits} key splits"]
+        options = [f"{splits} key splits"] + ["V pages transposed"] * v_pages
     logging.getLogger("vllm.spark2_5_plugin.ops").info(
         "fixed-history attention: %s kernel, %d-row tiles, %s cache%s",
         kernel,
@@ -730,19 +773,18 @@ def gluon_options(
     ):
         return None
     kv_fp8, tma = scales is not None, _tma_copyable(q, k_cache, v_cache)
-    return dict(
-        warp_specialized=True,
-        f16_dots=plan.fp8_f16_dot,
-        rows=rows,
-        **_gluon_pipeline(
-            rows,
-            kv_fp8=kv_fp8,
-            tma=tma,
-            fp8_scores=plan.fp8_scores,
-            half_rows=plan.half_rows,
-            wide_tiles=plan.wide_tiles,
-        ),
+    pipeline = _gluon_pipeline(
+        rows,
+        kv_fp8=kv_fp8,
+        tma=tma,
+        fp8_scores=plan.fp8_scores,
+        half_rows=plan.half_rows,
+        wide_tiles=plan.wide_tiles,
+        v_pages=kv.v_pages,
     )
+    if kv.v_pages and not pipeline.get("v_pages"):
+        return None
+    return dict(warp_specialized=True, f16_dots=plan.fp8_f16_dot, rows=rows, **pipeline)
 
 
 def launch_kernel(
@@ -756,7 +798,7 @@ def launch_kernel(
     """Run the kernels with ``plan`` (``None``: the one :func:`plan_launch`
     picks for these shapes) and return ``out``; the arguments must already have
     passed ``fixed_history_attention``'s checks (``window``: ``None`` or > 0)."""
-    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv
+    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv[:6]
     num_tokens, num_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     num_reqs = context_lens.shape[0]
@@ -795,8 +837,9 @@ def launch_kernel(
             scales is not None,
             tma=options.get("tma", False),
             fp8_scores=plan.fp8_scores,
-            half_rows=options.get("half_rows", False),
+            half_rows=plan.half_rows,
             wide_tiles=plan.wide_tiles,
+            v_pages=kv.v_pages,
         )
         return fixed_history_attention_wgmma(
             *(q, k_cache, v_cache, block_table, context_lens, query_start_loc),
@@ -807,6 +850,7 @@ def launch_kernel(
         "Triton",
         plan.tile_rows(num_heads // num_kv_heads),
         scales is not None,
+        v_pages=kv.v_pages,
         splits=splits,
     )
     programs = num_items
@@ -862,6 +906,7 @@ def launch_kernel(
             v_scale_in_memory=isinstance(v_scale, torch.Tensor),
             # Neither the interpreter nor a ROCm GPU runs inline PTX.
             inline_ptx=not interpreting() and torch.version.hip is None,
+            v_pages=kv.v_pages,
         ),
         **compile_options(plan),
     )

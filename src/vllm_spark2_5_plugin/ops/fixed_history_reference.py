@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+from vllm_spark2_5_plugin.ops.v_pages import gather_v_rows
 
 
 def attend_reference(
@@ -24,9 +25,10 @@ def attend_reference(
     in float64 for float64 inputs and float32 otherwise. Slow (a Python loop
     over requests, with a host sync): meant for tests and CPU. An fp8 cache
     (``kv.scales`` set) is dequantized as ``k_cache * k_scale`` and
-    ``v_cache * v_scale`` in that precision.
+    ``v_cache * v_scale`` in that precision. ``kv.v_pages``: V read from
+    pages that hold it transposed (``ops.v_pages.gather_v_rows``).
     """
-    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv
+    k_cache, v_cache, block_table, context_lens, query_start_loc, scales = kv[:6]
     num_reqs = context_lens.shape[0]
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     num_heads = q.shape[1]
@@ -51,7 +53,10 @@ def attend_reference(
         pages = block_table[r].long()[pos // page_size]
         slots = pos % page_size
         k = k_cache[pages, slots].to(compute)  # [n, nKV, D]
-        v = v_cache[pages, slots].to(compute)
+        if kv.v_pages:
+            v = gather_v_rows(v_cache, pages, slots).to(compute)
+        else:
+            v = v_cache[pages, slots].to(compute)
         if scales is not None:
             k = k * _as_factor(scales[0], compute)
             v = v * _as_factor(scales[1], compute)
