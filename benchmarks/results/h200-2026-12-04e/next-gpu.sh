@@ -1,11 +1,28 @@
-# The thirty-first session's vLLM lease on the H200 (2026-12-04), after
-# ../shared/gpu-vllm's install: V's pages transposed in the draft's fp8
-# cache, from the kernel to DSpark inside vLLM.
+# The thirty-first session's leases on the H200 (2026-12-04): V's pages
+# transposed in the draft's fp8 cache, from the kernel to DSpark inside
+# vLLM. The first lease after ../shared/gpu-vllm's install (its 22 parts
+# re-cut into 24 of 56 MiB, so that each call stays within 64 MiB with the
+# tree): tests, bench, train, accept, profile, ring. The second a bare H200
+# with vLLM 0.32.0's Triton 3.7.1 wheel (parts .gpu-vllm/tw00..tw03 as in
+# h200-2026-12-04d): part x 4, wheel, triton.
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
-source /tmp/gpu-vllm/env.sh
+[ -f /tmp/gpu-vllm/env.sh ] && source /tmp/gpu-vllm/env.sh
 export PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04e
 case $1 in
+part|wheel)
+  bash benchmarks/results/h200-2026-12-04d/next-gpu.sh "$@" ;;
+triton)  # the Triton kernel reading V's pages 16 bytes at a time (the
+  # second version): the public entry's GPU tests of the layout, then fp8
+  # shapes 1 and 4 and a few-request shape with V's pages transposed and
+  # in rows (each line with the plan's Triton kernel too)
+  export PYTHONPATH=/tmp/t371:src
+  timeout 200 python3 -m pytest -q -m cuda tests/test_fixed_history_attention.py \
+    -k pages 2>&1 | tail -3 | tee $OUT/tests-triton.txt
+  for rows in "" --v-rows; do
+    timeout 100 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
+      --shapes 0,3 --kernel-only $rows 2>&1 | grep -E "^  kernel|^GPU" | cut -c1-160
+  done | tee $OUT/bench-triton.txt ;;
 tests)  # the GPU tests of the layout: the writer, the Gluon pipelines over
   # it (64 and 128 rows, with NaN outside the windows), the public entry's
   # own plans (Gluon and Triton kernels); then the step bench
@@ -34,4 +51,25 @@ accept)  # DSpark acceptance with --kv-cache-dtype fp8 at 160 prompts (the
     grep -h "fixed-history attention:" $OUT/v-pages-$mode/acceptance.log | sort | uniq -c
     grep -ho '"vllm_mean_acceptance_length": [0-9.]*\|"relative_difference": [-0-9.e]*' $OUT/v-pages-$mode/acceptance-fp8.json
   done ;;
+triton2)  # the same for the third version (K and the scores in the pages'
+  # order, V^T read as stored), shortened to the lease's last minutes
+  export PYTHONPATH=/tmp/t371:src
+  timeout 100 python3 -m pytest -q -m cuda tests/test_fixed_history_attention.py \
+    -k cuda_reads_v_pages 2>&1 | tail -3 | tee $OUT/tests-triton2.txt
+  timeout 60 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
+    --shapes 0,3 --kernel-only 2>&1 | grep -E "^  kernel|^GPU" | cut -c1-160 \
+    | tee $OUT/bench-triton2.txt ;;
+profile)  # a DSpark run of 256 requests (1525 in, 256 out) with an fp8 cache,
+  # V's pages transposed and not (no steady decode steps: prefill-bound)
+  for m in 1 0; do
+    SPARK2_5_V_PAGES=$m timeout 230 python3 benchmarks/profile_decode.py /tmp/small-dspark \
+      --dspark --concurrency 256 --input-len 1525 --output-len 256 --max-model-len 2048 \
+      --dtype bfloat16 --phases offline --label vpages-$m --out $OUT --log-dir /tmp/pl-$m \
+      --llm-kwargs '{"kv_cache_dtype": "fp8"}' > $OUT/profile-vpages-$m.log 2>&1
+  done ;;
+ring)  # fp8 shape 4 over V's pages (vt_kernel_probe.py rewrites the cache):
+  # rings of 3 and 4, the second multiplying partition at 200 and 168
+  timeout 200 python3 benchmarks/results/h200-2026-12-04d/vt_kernel_probe.py 3 \
+    '[{"v_pages":true,"ring":3},{"v_pages":true,"ring":4},{"v_pages":true,"ring":3,"mma_regs":168},{"v_pages":true,"ring":4,"mma_regs":168},{"v_pages":true,"ring":4}]' \
+    2>&1 | grep -v Warn | tee $OUT/vpages-ring.txt ;;
 esac

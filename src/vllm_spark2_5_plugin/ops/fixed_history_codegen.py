@@ -111,9 +111,11 @@ def compile_for_nvidia(
     page_size: int = 16,
     arch: int = 90,
     inline_ptx: bool = True,
+    v_pages: bool = False,
 ) -> Codegen:
     """Compile the kernel for ``sm_{arch}`` as ``launch_kernel`` would launch
-    it with ``plan``; fp8 scales are device tensors, as vLLM passes them.
+    it with ``plan``; fp8 scales are device tensors, as vLLM passes them;
+    ``v_pages``: V's pages held transposed.
 
     ``q_dtype``: "float16" or "bfloat16"; ``kv_dtype``: the same, or
     "float8_e4m3fn". ``inline_ptx=False``: as the launch compiles it where
@@ -156,6 +158,7 @@ def compile_for_nvidia(
         k_scale_in_memory=kv_fp8,
         v_scale_in_memory=kv_fp8,
         inline_ptx=inline_ptx,
+        v_pages=v_pages,
     )
     # Triton turns an integer argument equal to 1 into a constant.
     constants.update({name: 1 for name in _UNIT_STRIDES})

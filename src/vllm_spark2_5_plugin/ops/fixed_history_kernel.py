@@ -117,16 +117,39 @@ def _load_rows(head_ptr, page, slot, stride_blk, stride_slot, offs_d, ok):
 
 
 @triton.jit
-def _load_v_pages(head_ptr, page, slot, stride_blk, stride_slot, offs_d, ok):
-    """V rows (page, slot) of one KV head of a cache whose pages hold V
-    transposed (16-key pages, head dim 128): value ``d`` of key ``k`` at
-    ``[page, d // 8, head, 16 * (d % 8) + position(k)]``, the key's
-    position within the page ``4 ((k % 8) // 2) + 2 (k // 8) + k % 2``; 0
-    where not ok."""
-    position = 4 * ((slot % 8) // 2) + 2 * (slot // 8) + slot % 2
-    row = page.to(tl.int64) * stride_blk + position
-    col = (offs_d // 8) * stride_slot + 16 * (offs_d % 8)
-    return tl.load(head_ptr + row[:, None] + col[None, :], mask=ok[:, None], other=0.0)
+def _page_order(offs_n):
+    """Tile row ``n`` in the order of V's transposed 16-key pages: the key
+    offset that holds key ``8 ((p // 2) % 2) + 2 (p // 4) + p % 2`` of the
+    tile's page ``n // 16``, ``p = n % 16`` (K's rows and the scores follow
+    the order in which ``_load_v_pages`` reads V; the softmax does not
+    depend on it)."""
+    p = offs_n % 16
+    return offs_n - p + 8 * ((p // 2) % 2) + 2 * (p // 4) + p % 2
+
+
+@triton.jit
+def _load_v_pages(
+    head_ptr, bt_row, start, hi, key_ok, stride_blk, stride_slot,
+    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """V^T ``[HEAD_DIM, BLOCK_N]`` of the tile of keys from ``start`` (a page
+    boundary) of one KV head of a cache whose 16-key pages hold V
+    transposed (head dim 128: value ``d`` of the key at position ``p`` of
+    page ``b`` at ``[b, d // 8, head, 16 * (d % 8) + p]``), column ``n``
+    being position ``n % 16`` of the tile's page ``n // 16`` (the keys in
+    ``_page_order``): whole pages read 16 bytes at a time, then the columns
+    not ``key_ok`` zeroed (a weight of 0 would not cancel a NaN)."""
+    PAGES: tl.constexpr = BLOCK_N // 16
+    page_start = start + 16 * tl.arange(0, PAGES)
+    live = page_start < hi
+    page = tl.load(bt_row + page_start // 16, mask=live, other=0).to(tl.int64)
+    d = tl.arange(0, HEAD_DIM)
+    row = (d // 8) * stride_slot + 16 * (d % 8)
+    off = row[:, None, None] + (page * stride_blk)[None, :, None]
+    off = off + tl.arange(0, 16)[None, None, :]
+    v = tl.load(head_ptr + off, mask=live[None, :, None], other=0.0)
+    v = tl.reshape(v, [HEAD_DIM, BLOCK_N])
+    return tl.where(key_ok[None, :], v, tl.zeros_like(v))
 
 
 @triton.jit
@@ -283,7 +306,7 @@ def fixed_history_kernel(
     V_SCALE_IN_MEMORY: tl.constexpr,  # v_scale is a pointer
     TRANSPOSED: tl.constexpr,  # S^T = K Q^T, O^T += V^T P^T
     V_ASM_COPY: tl.constexpr,  # FP8_F16_DOT: V's float16 tile via _asm_copy_f16
-    V_PAGES: tl.constexpr = False,  # V's pages transposed (_load_v_pages)
+    V_PAGES: tl.constexpr = False,  # V's 16-key pages transposed (_load_v_pages)
 ):
     if KV_FP8:
         # Dequantize outside the dot products (see the module docstring).
@@ -357,9 +380,19 @@ def fixed_history_kernel(
                 acc = tl.zeros([HEAD_DIM, BLOCK_M], dtype=tl.float32)
             else:
                 acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-            for start_n in range(split_lo, split_hi, BLOCK_N):
-                pos = start_n + offs_n
+            loop_lo = split_lo
+            if V_PAGES:  # tiles of whole pages, the keys below split_lo masked
+                loop_lo = tl.where(
+                    split_lo < split_hi, split_lo - split_lo % PAGE_SIZE, split_lo
+                )
+            for start_n in range(loop_lo, split_hi, BLOCK_N):
+                if V_PAGES:  # noqa: SIM108 (constexpr branch)
+                    pos = start_n + _page_order(offs_n)
+                else:
+                    pos = start_n + offs_n
                 key_ok = pos < split_hi
+                if V_PAGES:
+                    key_ok = key_ok & (pos >= split_lo)
                 page = _page_ids(bt_row, pos, split_hi, PAGE_SIZE, ASM_PAGE_LOAD)
                 slot = pos % PAGE_SIZE
                 k_tile = _load_rows(
@@ -367,8 +400,12 @@ def fixed_history_kernel(
                 )
                 if V_PAGES:
                     v_tile = _load_v_pages(
-                        v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
-                    )
+                        v_head, bt_row, start_n, split_hi, key_ok, stride_v_blk,
+                        stride_v_slot, BLOCK_N, HEAD_DIM,
+                    )  # fmt: skip
+                    if KV_FP8 and FP8_F16_DOT:  # converted along its rows
+                        v_tile = _fp8_rows_to_f16(v_tile, HEAD_DIM, BLOCK_N)
+                    v_tile = tl.trans(v_tile)
                 else:
                     v_tile = _load_rows(
                         v_head, page, slot, stride_v_blk, stride_v_slot, offs_d, key_ok
@@ -376,7 +413,8 @@ def fixed_history_kernel(
                 # (The e4m3 path feeds the e4m3 tiles as they are.)
                 if KV_FP8 and FP8_F16_DOT:
                     k_tile = k_tile.to(tl.float16)
-                    v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
+                    if not V_PAGES:
+                        v_tile = _fp8_rows_to_f16(v_tile, BLOCK_N, HEAD_DIM)
                     if V_ASM_COPY:
                         v_tile = _asm_copy_f16(v_tile)
                 elif KV_FP8 and not FP8_E4M3_DOT:
