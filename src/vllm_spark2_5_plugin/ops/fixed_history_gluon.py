@@ -49,9 +49,14 @@ key split (no partial results):
   ``FP8_SCORES`` (not in the policy: it rounds q to e4m3) computes
   ``S = Q K^T`` on fp8 tensor cores with the K tiles as TMA staged them,
   so that the loader converts V only (fp8 shapes 1-4: 1.33, 1.28, 1.51
-  and 2.47 times the floor). ``FP8_PV`` (with it; not in the policy:
-  19-28% slower at fp8 shapes 1-3, the loader's transposition of V
-  setting the pace) computes ``O += P V`` on fp8 tensor cores as well.
+  and 2.47 times the floor). ``FP8_PV`` (with it) computes ``O += P V``
+  on fp8 tensor cores as well: with the loader transposing V's staged
+  tiles (``PV_TRANSPOSING``, not in the policy: 19-28% slower at fp8
+  shapes 1-3, the transposition setting the pace), or over a cache whose
+  V pages are held transposed (``PV_PAGES``, the policy's where the
+  DSpark draft keeps its fp8 cache so: the pages copied by TMA straight
+  into the ring; fp8 shapes 1-4 at 1.11, 1.05, 1.27 and 1.87 times the
+  floor, 2026-12-04).
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
@@ -1559,7 +1564,10 @@ def _ws_tma_fp8_partition(
     free, the tile's K is staged by TMA straight into it (e4m3, for the fp8
     MMAs), its landing one of the buffer's two arrivals, the loader's after
     converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V not
-    converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3).
+    converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3);
+    ``PV_PAGES``: V's transposed pages copied into the ring instead, their
+    landing (or the loader's arrival, ``_stage_v_pages``) the second
+    arrival, nothing staged.
     ``EDGE_TMA`` (not ``FP8_PV``): the edge tiles by TMA too, V's keys
     outside the window zeroed as converted (``_stage_tile``).
     ``stats_ptr``: see ``_store_stats`` (its waits for landed tiles, then
@@ -2222,7 +2230,9 @@ def fixed_history_ws_kernel(
     fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
     (``_ws_tma_fp8_partition``). ``FP8_PV`` (with ``FP8_SCORES``): ``P V``
     on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
-    the ring instead of converting them. ``HALF_ROWS`` (one multiplying
+    the ring instead of converting them (``PV_TRANSPOSING``), or copying
+    V's transposed pages into it (``PV_PAGES``, ``_stage_v_pages``; no
+    staging slots for V then). ``HALF_ROWS`` (one multiplying
     partition, the default loop): tiles of twice ``BLOCK_Q * GROUP`` rows,
     the queries in every other 8 of them (``_ws_mma_partition``).
     ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV`` nor ``OVERLAP``): S

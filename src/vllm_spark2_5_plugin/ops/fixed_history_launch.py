@@ -242,11 +242,12 @@ def _gluon_pipeline(
             options.update(fence_in_mma=True)
     if v_pages and options.get("fp8_scores"):
         # V's pages held transposed in the cache (fp8 scores only, else the
-        # Triton kernel runs): 8-bit P V on them as copied, a ring of 4,
-        # without the options 8-bit P V lacks (at 64 rows 32 padding rows
-        # per tile then). fp8 shapes 1-4: 147.3 -> 139.4, 554.2 -> 530.8,
-        # 164.7 -> 157.2, 67.2 -> 56.1 us (H200, Triton 3.7.1, 2026-12-04,
-        # in a probe of the same pipeline).
+        # Triton kernel runs): 8-bit P V on them as copied, a ring of 4
+        # (at shape 4 58.3 us against 59.4 with 3), without the options
+        # 8-bit P V lacks (at 64 rows 32 padding rows per tile then). fp8
+        # shapes 1-4 against this pipeline over V in rows: 148.2 -> 139.4,
+        # 566.6 -> 529.5, 165.2 -> 160.2, 67.1 -> 58.8 us (H200, Triton
+        # 3.7.1, 2026-12-04).
         for name in ("half_rows", "issue_warp", "edge_tma", "narrow_tail"):
             options.pop(name, None)
         options.pop("packed_softmax", None)
@@ -366,7 +367,9 @@ def v_pages_preferred(
     fp8 scores, whose 8-bit ``P V`` then reads V's pages as TMA copies them
     (no staging, no transposing); not under ``SPARK2_5_V_PAGES=0``. Where a
     launch does not take the Gluon kernel (too few items for its 128-row
-    plan, say), the Triton kernel reads the same layout."""
+    plan, say), the Triton kernel reads the same layout, more slowly than
+    rows (fp8 shapes 1 and 4: 387 and 290 us against 308 and 214; H200,
+    2026-12-04)."""
     if os.environ.get(V_PAGES_ENV, "").strip().lower() in _OFF:
         return False
     return (
