@@ -44,6 +44,7 @@ from unittest import mock
 
 import pytest
 import torch
+from triton_interpreter import e4m3_rounding_shim, run_interpreter_suite
 
 _SRC = Path(__file__).resolve().parents[1] / "src"
 try:
@@ -502,40 +503,9 @@ def _interpreter_index_shim(force=False):
     ti._patch_lang_tensor = patched
 
 
-def _interpreter_e4m3_shim():
-    """Work around the Triton interpreter's rounding to e4m3 (3.7-3.9).
-
-    When rounding carries out of the mantissa it does not raise the exponent:
-    7.98 becomes 4.0 instead of 8.0, 0.998 becomes 0.5. An H200 rounds in
-    hardware (``cvt.rn.satfinite``), correctly. The fp8 tensor-core path
-    (``LaunchPlan.fp8_e4m3_dot``) rounds q and the softmax weights to e4m3,
-    so under the interpreter it would halve the largest weights. Test-only:
-    round float32/float16 values to e4m3 through torch (to nearest, ties to
-    even, saturating at +-448 like the hardware).
-    """
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
-
-    orig = ti._convert_float
-    if getattr(orig, "_spark_e4m3_shim", False):
-        return
-    widths = {tl.float32: np.float32, tl.float16: np.float16}
-
-    def convert(input, input_dtype, output_dtype, rounding_mode):
-        if output_dtype != tl.float8e4nv or input_dtype not in widths:
-            return orig(input, input_dtype, output_dtype, rounding_mode)
-        values = np.frombuffer(input.tobytes(), dtype=widths[input_dtype])
-        x = torch.from_numpy(values.astype(np.float32)).clamp(-448.0, 448.0)
-        return x.to(torch.float8_e4m3fn).view(torch.uint8).numpy().reshape(input.shape)
-
-    convert._spark_e4m3_shim = True
-    ti._convert_float = convert
-
-
 if _IN_CHILD:
     _interpreter_index_shim(force=os.environ.get("_SPARK_FH_FORCE_SHIM") == "1")
-    _interpreter_e4m3_shim()
+    e4m3_rounding_shim()
 
     def _interp_check(case, **kwargs):
         _run_and_check(case, dtype=torch.float16, device="cpu", **kwargs)
@@ -793,36 +763,7 @@ else:
 
     def test_triton_interpreter_suite():
         """Runs the test_interp_* tests in a TRITON_INTERPRET=1 child process."""
-        env = dict(os.environ)
-        env["TRITON_INTERPRET"] = "1"
-        env[_CHILD_ENV] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "--noconftest",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            str(Path(__file__)),
-        ]
-        proc = subprocess.run(
-            cmd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=str(Path(__file__).resolve().parents[1]),
-        )
-        assert proc.returncode == 0, (
-            "interpreter suite failed:\n" + proc.stdout[-8000:] + proc.stderr[-4000:]
-        )
-        assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout
+        run_interpreter_suite(__file__, _CHILD_ENV, timeout=600)
 
 
 # ---------------------------------------------------------------------------

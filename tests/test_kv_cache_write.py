@@ -22,12 +22,12 @@ compared as bytes in full, so a write to a wrong place fails.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from triton_interpreter import e4m3_rounding_shim, run_interpreter_suite
 
 _SRC = Path(__file__).resolve().parents[1] / "src"
 try:
@@ -168,36 +168,8 @@ def _kernel_equals_reference(layout, cache, **case):
 # ---------------------------------------------------------------------------
 
 
-def _interpreter_e4m3_shim():
-    """Work around the Triton interpreter's rounding to e4m3.
-
-    When rounding carries out of the mantissa it does not raise the exponent,
-    and it rounds ties away from zero; a GPU rounds in hardware
-    (``cvt.rn.satfinite``), correctly. Test-only: round float32/float16 values
-    to e4m3 through torch (to nearest, ties to even, saturating at +-448).
-    """
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
-
-    orig = ti._convert_float
-    if getattr(orig, "_spark_e4m3_shim", False):
-        return
-    widths = {tl.float32: np.float32, tl.float16: np.float16}
-
-    def convert(input, input_dtype, output_dtype, rounding_mode):
-        if output_dtype != tl.float8e4nv or input_dtype not in widths:
-            return orig(input, input_dtype, output_dtype, rounding_mode)
-        values = np.frombuffer(input.tobytes(), dtype=widths[input_dtype])
-        x = torch.from_numpy(values.astype(np.float32)).clamp(-448.0, 448.0)
-        return x.to(FP8).view(torch.uint8).numpy().reshape(input.shape)
-
-    convert._spark_e4m3_shim = True
-    ti._convert_float = convert
-
-
 if _IN_CHILD:
-    _interpreter_e4m3_shim()
+    e4m3_rounding_shim()
     _INTERP = dict(num_tokens=23, extra=3, num_blocks=5, key_dtype=torch.float16)
 
     @pytest.mark.parametrize("flat", [False, True], ids=["3d", "2d"])
@@ -239,24 +211,7 @@ else:
 
     def test_triton_interpreter_suite():
         """Runs the test_interp_* tests in a TRITON_INTERPRET=1 child process."""
-        env = dict(os.environ, TRITON_INTERPRET="1", **{_CHILD_ENV: "1"})
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p
-        )
-        cmd = [sys.executable, "-m", "pytest", "-q", "--noconftest"]
-        cmd += ["-p", "no:cacheprovider", "-o", "addopts=", str(Path(__file__))]
-        proc = subprocess.run(
-            cmd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=str(Path(__file__).resolve().parents[1]),
-        )
-        assert proc.returncode == 0, (
-            "interpreter suite failed:\n" + proc.stdout[-8000:] + proc.stderr[-4000:]
-        )
-        assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout
+        run_interpreter_suite(__file__, _CHILD_ENV, timeout=300)
 
 
 # ---------------------------------------------------------------------------
