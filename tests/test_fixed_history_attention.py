@@ -1491,6 +1491,49 @@ if not _IN_CHILD:
         )
         assert not d64.gluon and not d64.fp8_scores
 
+    def test_v_pages_where_the_gluon_kernel_takes_them(monkeypatch):
+        # V's pages transposed: fp8 caches of 16-key pages at D = 128 where
+        # the Gluon kernel runs with fp8 scores, unless SPARK2_5_V_PAGES
+        # turns it off; never on the CPU.
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        assert not ops.v_pages_preferred(
+            torch.device("cpu"), kv_fp8=True, head_dim=128, page_size=16
+        )
+        cuda = _pretend_hopper(monkeypatch)
+        for name in ("SPARK2_5_GLUON", "SPARK2_5_V_PAGES"):
+            monkeypatch.delenv(name, raising=False)
+        good = dict(kv_fp8=True, head_dim=128, page_size=16)
+        assert ops.v_pages_preferred(cuda, **good)
+        for change in ({"kv_fp8": False}, {"head_dim": 64}, {"page_size": 32}):
+            assert not ops.v_pages_preferred(cuda, **{**good, **change}), change
+        for name, value, on in [
+            ("SPARK2_5_V_PAGES", "0", False),
+            ("SPARK2_5_V_PAGES", " off", False),
+            ("SPARK2_5_V_PAGES", "1", True),
+            ("SPARK2_5_GLUON", "0", False),
+            ("SPARK2_5_GLUON", "f16-scores", False),
+        ]:
+            monkeypatch.setenv(name, value)
+            assert ops.v_pages_preferred(cuda, **good) is on, (name, value)
+            monkeypatch.delenv(name)
+        # The launch's 64- and 128-row Gluon pipelines over them: 8-bit P V
+        # without the options it lacks; without fp8 scores, none (the Triton
+        # kernel reads them).
+        for rows in (64, 128):
+            pipeline = launch._gluon_pipeline(
+                rows, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True,
+                wide_tiles=True, v_pages=True,
+            )  # fmt: skip
+            assert pipeline["v_pages"] and pipeline["fp8_pv"], pipeline
+            assert not {"half_rows", "issue_warp", "edge_tma", "narrow_tail"} & set(
+                pipeline
+            )
+            assert not pipeline.get("packed_softmax"), pipeline
+            assert "v_pages" not in launch._gluon_pipeline(
+                rows, kv_fp8=True, tma=True, v_pages=True
+            )
+
     def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
         # The fixture forcing each fp8 dot into the policy's plans: the plans
         # keep fp8 scores with float16 dots and drop them without

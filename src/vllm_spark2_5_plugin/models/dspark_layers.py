@@ -236,13 +236,13 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
             from vllm_spark2_5_plugin.ops import write_kv_cache
 
             quant = vllm_seam.kv_cache_quant(self.attn)
+            scales = (None, None) if quant is None else (quant.k_scale, quant.v_scale)
             write_kv_cache(
                 key,
                 value,
                 *vllm_seam.split_kv_cache(kv_cache, self.head_dim, quant),
                 slot_mapping,
-                quant.k_scale,
-                quant.v_scale,
+                *scales,
                 v_pages_transposed=True,
             )
         elif kv_cache.is_cuda:
