@@ -27,6 +27,7 @@ from vllm_spark2_5_plugin.models.spark2_5 import (
     Spark2_5LayerSpec,
 )
 from vllm_spark2_5_plugin.names import FULL
+from vllm_spark2_5_plugin.ops.v_pages import write_kv_cache_reference
 
 DSparkMarkovHead, DSparkConfidenceHead = vllm_seam.dspark_heads()
 
@@ -120,27 +121,21 @@ def store_kv_reference(
     that FlashAttention/Triton use (any strides); ``slot = block *
     block_size + offset``; negative slots (``PAD_SLOT_ID``) are skipped, and
     like vLLM's writers only the first ``len(slot_mapping)`` rows are used.
-    Plain PyTorch (with a host-side mask): the CPU/test path. On CUDA the
-    attention backend's own ``do_kv_cache_update`` writes the same layout.
+    Plain PyTorch (``ops.write_kv_cache_reference``, with a host-side mask):
+    the CPU/test path. On CUDA the attention backend's own
+    ``do_kv_cache_update`` writes the same layout.
     With ``quant`` (an fp8 cache) the rows are stored as ``K / k_scale`` and
     ``V / v_scale`` in fp8, saturated at the format's largest finite value
     as vLLM's cache writer does.
     """
-    k_cache, v_cache = vllm_seam.split_kv_cache(kv_cache, head_dim, quant)
-    if quant is not None:
-        fp8_max = torch.finfo(quant.dtype).max
-        key = (key.float() / quant.k_scale.float()).clamp(-fp8_max, fp8_max)
-        value = (value.float() / quant.v_scale.float()).clamp(-fp8_max, fp8_max)
-    block_size = k_cache.shape[1]
-    num = slot_mapping.shape[0]
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    blocks, offsets = slots // block_size, slots % block_size
-    num_kv_heads = k_cache.shape[2]
-    k = key[:num].reshape(num, num_kv_heads, head_dim)[keep]
-    v = value[:num].reshape(num, num_kv_heads, head_dim)[keep]
-    k_cache[blocks, offsets] = k.to(k_cache.dtype)
-    v_cache[blocks, offsets] = v.to(v_cache.dtype)
+    scales = (None, None) if quant is None else (quant.k_scale, quant.v_scale)
+    write_kv_cache_reference(
+        key,
+        value,
+        *vllm_seam.split_kv_cache(kv_cache, head_dim, quant),
+        slot_mapping,
+        *scales,
+    )
 
 
 class Spark2_5DSparkAttention(Spark2_5Attention):
