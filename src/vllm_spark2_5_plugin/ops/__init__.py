@@ -3,9 +3,10 @@
 
 * ``fixed_history_attention(q, k_cache, v_cache, block_table, context_lens,
   query_start_loc, sliding_window, scale, out=None, *, plan=None,
-  reference=False, k_scale=None, v_scale=None)``: the Triton kernel, on
-  float16/bfloat16 caches or on float8_e4m3fn caches with their scales (on
-  Hopper, the Gluon kernel where the plan says ``gluon``);
+  reference=False, k_scale=None, v_scale=None, v_pages_transposed=False)``:
+  the Triton kernel, on float16/bfloat16 caches or on float8_e4m3fn caches
+  with their scales (on Hopper, the Gluon kernel where the plan says
+  ``gluon``), V in rows or in transposed pages (``ops.v_pages``);
 * ``fixed_history_attention_reference(...)``: the same in plain PyTorch
   (``fixed_history_attention(..., reference=True)``; no Triton needed);
 * ``plan_launch(...)`` -> ``LaunchPlan``: the launch policy (pass a plan as
