@@ -128,13 +128,22 @@ def store_kv_reference(
     ``V / v_scale`` in fp8, saturated at the format's largest finite value
     as vLLM's cache writer does.
     """
+    _write_kv(
+        write_kv_cache_reference, kv_cache, key, value, slot_mapping, head_dim, quant
+    )
+
+
+def _write_kv(writer, kv_cache, key, value, slot_mapping, head_dim, quant, **options):
+    """``writer`` (``ops.write_kv_cache`` or its reference) on the K/V views of
+    the per-layer ``kv_cache``, with ``quant``'s scales for an fp8 cache."""
     scales = (None, None) if quant is None else (quant.k_scale, quant.v_scale)
-    write_kv_cache_reference(
+    writer(
         key,
         value,
         *vllm_seam.split_kv_cache(kv_cache, head_dim, quant),
         slot_mapping,
         *scales,
+        **options,
     )
 
 
@@ -225,21 +234,22 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         """Write K/V rows into this layer's paged cache."""
         if kv_cache is None:
             kv_cache = vllm_seam.layer_kv_cache(self.attn)
-        if self.v_pages_transposed(kv_cache):
+        self._store_kv(
+            key, value, slot_mapping, kv_cache, self.v_pages_transposed(kv_cache)
+        )
+
+    def _store_kv(self, key, value, slot_mapping, kv_cache, v_pages: bool) -> None:
+        """:meth:`store_kv` into ``kv_cache``, whose V pages are transposed
+        where ``v_pages`` (:meth:`v_pages_transposed`)."""
+        if v_pages:
             # vLLM's writer stores whole V rows, which would overwrite other
             # keys' values in a transposed page.
             from vllm_spark2_5_plugin.ops import write_kv_cache
 
-            quant = vllm_seam.kv_cache_quant(self.attn)
-            scales = (None, None) if quant is None else (quant.k_scale, quant.v_scale)
-            write_kv_cache(
-                key,
-                value,
-                *vllm_seam.split_kv_cache(kv_cache, self.head_dim, quant),
-                slot_mapping,
-                *scales,
-                v_pages_transposed=True,
-            )
+            _write_kv(
+                write_kv_cache, kv_cache, key, value, slot_mapping, self.head_dim,
+                vllm_seam.kv_cache_quant(self.attn), v_pages_transposed=True,
+            )  # fmt: skip
         elif kv_cache.is_cuda:
             vllm_seam.write_kv_cache(
                 self.attn,
@@ -286,7 +296,8 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         paged = vllm_seam.paged_attention_inputs(self.attn.layer_name)
         if paged is None:  # profiling / dummy run: no cache, no metadata
             return out.view(num_tokens, -1)
-        self.store_kv(k, v, paged.slot_mapping, paged.cache)
+        v_pages = self.v_pages_transposed(paged.cache)
+        self._store_kv(k, v, paged.slot_mapping, paged.cache, v_pages)
 
         seq_lens = paged.seq_lens  # context + block, per request
         num_reqs = seq_lens.shape[0]
@@ -311,7 +322,7 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
             self.sliding_window,  # None for full layers
             self.scale,
             out=out,
-            v_pages_transposed=self.v_pages_transposed(paged.cache),
+            v_pages_transposed=v_pages,
             **scales,
         )
         return out.view(num_tokens, -1)
