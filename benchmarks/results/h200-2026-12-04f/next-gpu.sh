@@ -57,4 +57,17 @@ split)  # lease 5, split.patch: fp8 shape 4, each 128-key tile multiplied
   V='{},{"split_tiles":1},{"split_tiles":2},{"split_tiles":2,"mma_regs":208,"worker_regs":96}'
   timeout 200 python3 $D/turns_probe.py 3 "[$V,$V]" 2>&1 | grep -v Warn \
     | cut -c1-300 | tee $OUT/probe5-split.txt ;;
+noload)  # lease 6, batch-noload.patch: fp8 shape 4, the launch's loop,
+  # the batch and the batch with turns, and the launch's loop at the
+  # batch's registers: with the loader only signalling each ring buffer
+  # (PROBE_NO_LOAD=1, nothing copied: the multiplying side alone, errors
+  # meaningless) and as it is; two rounds each, alternating processes
+  R='"mma_regs":208,"worker_regs":80'
+  V="{},{$R},{\"batch\":true,$R},{\"batch\":true,\"pingpong\":true,$R}"
+  for i in 1 2; do
+    PROBE_NO_LOAD=1 timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200 | sed 's/^/no-load /'
+    timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200
+  done | tee $OUT/probe6-noload.txt ;;
 esac
