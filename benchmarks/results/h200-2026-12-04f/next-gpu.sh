@@ -70,4 +70,25 @@ noload)  # lease 6, batch-noload.patch: fp8 shape 4, the launch's loop,
     timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
       | grep -v "Warn\|^shape" | cut -c1-200
   done | tee $OUT/probe6-noload.txt ;;
+regs)  # lease 7, batch-noload.patch: fp8 shape 4, the launch's loop at
+  # register splits with fewer registers for the multiplying partitions
+  # (second partition / loader; the first gets 504 less both), alone
+  # (PROBE_NO_LOAD=1) and with the loader; two rounds, alternating
+  V='{},{"mma_regs":192,"worker_regs":128},{"mma_regs":184,"worker_regs":128},{"mma_regs":200,"worker_regs":120},{"mma_regs":192,"worker_regs":120}'
+  for i in 1 2; do
+    PROBE_NO_LOAD=1 timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200 | sed 's/^/no-load /'
+    timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200
+  done | tee $OUT/probe7-regs.txt ;;
+launch)  # lease 8, the commit that takes 192 / 120 registers for the
+  # 128-key pipeline over V's pages: the GPU tests over V's pages (as in
+  # step tests), then the benchmark's fp8 shapes 1 and 4 through the
+  # public entry
+  timeout 280 python3 -m pytest -q -m cuda tests/test_fixed_history_gluon.py \
+    tests/test_fixed_history_attention.py -k "pages" 2>&1 | tail -4 \
+    | tee $OUT/tests-launch.txt
+  timeout 100 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
+    --shapes 0,3 --kernel-only 2>&1 | grep -E "^  kernel|^GPU" | cut -c1-300 \
+    | tee $OUT/bench-launch.txt ;;
 esac
