@@ -9,6 +9,16 @@
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04f
 O="{\"module\":\"$D/old_gluon.py\"}"
+alone_and_loaded() {  # the variants $1 at fp8 shape 4, two rounds, each with
+  # the loader only signalling (PROBE_NO_LOAD=1, batch-noload.patch) and
+  # as it is, in alternating processes
+  for i in 1 2; do
+    PROBE_NO_LOAD=1 timeout 100 python3 $D/turns_probe.py 3 "[$1]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200 | sed 's/^/no-load /'
+    timeout 100 python3 $D/turns_probe.py 3 "[$1]" 2>&1 \
+      | grep -v "Warn\|^shape" | cut -c1-200
+  done
+}
 case $1 in
 part|wheel)
   bash benchmarks/results/h200-2026-12-04d/next-gpu.sh "$@" ;;
@@ -64,23 +74,13 @@ noload)  # lease 6, batch-noload.patch: fp8 shape 4, the launch's loop,
   # meaningless) and as it is; two rounds each, alternating processes
   R='"mma_regs":208,"worker_regs":80'
   V="{},{$R},{\"batch\":true,$R},{\"batch\":true,\"pingpong\":true,$R}"
-  for i in 1 2; do
-    PROBE_NO_LOAD=1 timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
-      | grep -v "Warn\|^shape" | cut -c1-200 | sed 's/^/no-load /'
-    timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
-      | grep -v "Warn\|^shape" | cut -c1-200
-  done | tee $OUT/probe6-noload.txt ;;
+  alone_and_loaded "$V" | tee $OUT/probe6-noload.txt ;;
 regs)  # lease 7, batch-noload.patch: fp8 shape 4, the launch's loop at
   # register splits with fewer registers for the multiplying partitions
   # (second partition / loader; the first gets 504 less both), alone
   # (PROBE_NO_LOAD=1) and with the loader; two rounds, alternating
   V='{},{"mma_regs":192,"worker_regs":128},{"mma_regs":184,"worker_regs":128},{"mma_regs":200,"worker_regs":120},{"mma_regs":192,"worker_regs":120}'
-  for i in 1 2; do
-    PROBE_NO_LOAD=1 timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
-      | grep -v "Warn\|^shape" | cut -c1-200 | sed 's/^/no-load /'
-    timeout 100 python3 $D/turns_probe.py 3 "[$V]" 2>&1 \
-      | grep -v "Warn\|^shape" | cut -c1-200
-  done | tee $OUT/probe7-regs.txt ;;
+  alone_and_loaded "$V" | tee $OUT/probe7-regs.txt ;;
 launch)  # lease 8, the commit that takes 192 / 120 registers for the
   # 128-key pipeline over V's pages: the GPU tests over V's pages (as in
   # step tests), then the benchmark's fp8 shapes 1 and 4 through the
