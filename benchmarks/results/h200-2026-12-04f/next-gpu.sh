@@ -91,4 +91,24 @@ launch)  # lease 8, the commit that takes 192 / 120 registers for the
   timeout 100 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
     --shapes 0,3 --kernel-only 2>&1 | grep -E "^  kernel|^GPU" | cut -c1-300 \
     | tee $OUT/bench-launch.txt ;;
+kvpages)  # lease 9, the working tree after the register commit with each
+  # interior tile's K and V copies issued page by page together (one
+  # block-table read per page); old = that commit's module: fp8 shapes 4
+  # and 1, alternating in one process; then the GPU tests over V's pages
+  # with NaN outside the windows
+  timeout 120 python3 $D/turns_probe.py 3 "[$O,{},$O,{},$O,{}]" 2>&1 \
+    | grep -v "Warn\|^shape" | cut -c1-200 | tee $OUT/probe9-kvpages.txt
+  timeout 60 python3 $D/turns_probe.py 0 "[$O,{},$O,{}]" 2>&1 \
+    | grep -v "Warn\|^shape" | cut -c1-200 | tee -a $OUT/probe9-kvpages.txt
+  timeout 150 python3 -m pytest -q -m cuda tests/test_fixed_history_gluon.py \
+    tests/test_fixed_history_attention.py -k "pages and poison" 2>&1 | tail -3 \
+    | tee $OUT/tests-kvpages.txt ;;
+final)  # lease 10, the commit taking the joint copies (V's edge tiles now
+  # their own function): the GPU tests over V's pages with NaN outside
+  # the windows, then fp8 shape 4 once
+  timeout 150 python3 -m pytest -q -m cuda tests/test_fixed_history_gluon.py \
+    tests/test_fixed_history_attention.py -k "pages and poison" 2>&1 | tail -3 \
+    | tee $OUT/tests-final.txt
+  timeout 60 python3 $D/turns_probe.py 3 "[{}]" 2>&1 | grep -v "Warn\|^shape" \
+    | cut -c1-200 | tee $OUT/probe10-final.txt ;;
 esac
