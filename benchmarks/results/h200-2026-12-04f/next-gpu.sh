@@ -1,10 +1,12 @@
-# The thirty-second session's leases on the H200 (2026-12-04): four bare
+# The thirty-second session's leases on the H200 (2026-12-04): ten bare
 # H200s with vLLM 0.32.0's Triton 3.7.1 wheel (parts .gpu-vllm/tw00..tw03
 # as in h200-2026-12-04d: part x 4, wheel, then the lease's steps). Each
-# step names the working tree it ran on: HEAD 2b2ad5a, or HEAD with one of
-# this folder's patches applied (`git apply`). "old" is HEAD's module,
-# `git show 2b2ad5a:src/vllm_spark2_5_plugin/ops/fixed_history_gluon.py >
-# $D/old_gluon.py` (not committed), run beside the patched one.
+# step names the working tree it ran on: commit 2b2ad5a (the session's
+# start), it with one of this folder's patches applied (`git apply`), or
+# a later commit. "old" is the module of the commit before the one
+# measured (`git show REV:src/vllm_spark2_5_plugin/ops/fixed_history_gluon.py
+# > $D/old_gluon.py`; 2b2ad5a for leases 1-2, 07bd630 for lease 9; not
+# committed), run beside it.
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04f
