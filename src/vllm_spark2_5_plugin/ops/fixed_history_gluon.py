@@ -1657,18 +1657,18 @@ def _ws_tma_fp8_partition(
                                 bt_row, start, lo, hi, stride_v_blk,
                                 stride_v_slot, PAGE_SIZE,
                             )  # fmt: skip
+                    # V staged in a slot (not PV_PAGES, whose V went above):
+                    # transposed or converted into the ring.
                     if FP8_PV != PV_PAGES:
                         landed = _timed_wait(
                             raw_ready.index(slot), ((r + t) // NUM_RAW) & 1,
                             landed, STATS,
                         )  # fmt: skip
-                    if FP8_PV == PV_PAGES:
-                        pass  # staged above
-                    elif FP8_PV:
+                    if FP8_PV == PV_TRANSPOSING:
                         v = v_raw.index(slot).load(_transpose_layout(HEAD_DIM, 4))
                         v = _fp8_key_order(v, 0)
                         v_smem.index(buf).store(gl.permute(v, (1, 0)))
-                    else:
+                    elif not FP8_PV:
                         _convert_v(
                             v_raw.index(slot), v_smem.index(buf), cvt_layout,
                             first + t * BLOCK_N, lo, hi, EDGE_TMA,
