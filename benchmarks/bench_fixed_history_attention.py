@@ -259,9 +259,11 @@ def probe_args(argv):
     )
 
 
-def probe_gluon_options(shape, inputs):
+def probe_gluon_options(shape, inputs, v_pages=None):
     """The Gluon pipeline options the launch takes for a probe's fp8
-    ``inputs`` (``build``'s) of ``shape``: the base that probes override."""
+    ``inputs`` (``build``'s) of ``shape``: the base that probes override.
+    ``v_pages``: the K and V views of the cache with V's pages transposed
+    (``with_v_pages``), which the launch then reads instead."""
     from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
     from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
 
@@ -272,7 +274,11 @@ def probe_gluon_options(shape, inputs):
         num_kv_heads=nKV, head_dim=D, sliding_window=W,
         max_kv_len=bt.shape[1] * k.shape[1], device=q.device, kv_fp8=True,
     )  # fmt: skip
-    kv = PagedKV(k, v, bt, ctx, qsl, (sc["k_scale"], sc["v_scale"]))
+    scales = (sc["k_scale"], sc["v_scale"])
+    if v_pages is None:
+        kv = PagedKV(k, v, bt, ctx, qsl, scales)
+    else:
+        kv = PagedKV(*v_pages, bt, ctx, qsl, scales, True)
     return launch.gluon_options(q, kv, plan)
 
 

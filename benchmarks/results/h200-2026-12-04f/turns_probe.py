@@ -15,8 +15,6 @@ import bench_fixed_history_attention as B  # noqa: E402
 import torch  # noqa: E402
 
 from vllm_spark2_5_plugin import ops  # noqa: E402
-from vllm_spark2_5_plugin.ops import fixed_history_launch as launch  # noqa: E402
-from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV  # noqa: E402
 from vllm_spark2_5_plugin.ops.fixed_history_gluon import (  # noqa: E402
     fixed_history_attention_wgmma,
 )
@@ -40,13 +38,7 @@ refs = {
     for g in (1.0, 4.0)
 }
 kp, vp = B.with_v_pages(raw, D)
-plan = launch.plan_launch(
-    num_tokens=q.shape[0], num_reqs=ctx.shape[0], num_heads=nH,
-    num_kv_heads=nKV, head_dim=D, sliding_window=W,
-    max_kv_len=bt.shape[1] * k.shape[1], device=q.device, kv_fp8=True,
-)  # fmt: skip
-kv = PagedKV(kp, vp, bt, ctx, qsl, (sc["k_scale"], sc["v_scale"]), True)
-base = launch.gluon_options(q, kv, plan)
+base = B.probe_gluon_options(shape, inputs, (kp, vp))
 print(f"shape {shape} base {base}", flush=True)
 out = torch.empty_like(q)
 entries = {}

@@ -20,8 +20,6 @@ import bench_fixed_history_attention as B  # noqa: E402
 import torch  # noqa: E402
 
 from vllm_spark2_5_plugin import ops  # noqa: E402
-from vllm_spark2_5_plugin.ops import fixed_history_launch as launch  # noqa: E402
-from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 path = f"{HERE}/timeline_gluon.py"
@@ -38,13 +36,7 @@ s = D**-0.5
 ref = ops.fixed_history_attention(q, k, v, bt, ctx, qsl, W, s, reference=True, **sc)
 ref = ref.float()
 kp, vp = B.with_v_pages(raw, D)
-plan = launch.plan_launch(
-    num_tokens=q.shape[0], num_reqs=ctx.shape[0], num_heads=nH,
-    num_kv_heads=nKV, head_dim=D, sliding_window=W,
-    max_kv_len=bt.shape[1] * k.shape[1], device=q.device, kv_fp8=True,
-)  # fmt: skip
-kv = PagedKV(kp, vp, bt, ctx, qsl, (sc["k_scale"], sc["v_scale"]), True)
-base = launch.gluon_options(q, kv, plan)
+base = B.probe_gluon_options(shape, inputs, (kp, vp))
 env = {k: os.environ.get(k, "0") for k in ("PROBE_NO_LOAD", "PROBE_PP")}
 print(f"shape {shape} {env} base {base}", flush=True)
 out = torch.empty_like(q)
