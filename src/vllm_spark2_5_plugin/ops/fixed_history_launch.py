@@ -258,9 +258,9 @@ def _gluon_pipeline(
             # shape 4 58.3 -> 57.4 us (with the loader only signalling,
             # 51.6 -> 51.5: the loader gains; 184 / 128 58.0, 192 / 128
             # 57.8, 200 / 120 58.9; H200, Triton 3.7.1, 2026-12-04). A
-            # ring of 5 (177 KB of shared memory): the two partitions run up
-            # to a tile and a half apart, and the one ahead waits for its
-            # tiles; fp8 shape 4 55.6-55.9 -> 55.3-55.7 us in three
+            # ring of 5 (177 KB of shared memory): under load the two
+            # partitions run 1.5-3 tiles apart, and the one ahead waits for
+            # its tiles; fp8 shape 4 55.6-55.9 -> 55.3-55.7 us in three
             # alternating rounds (a ring of 6: 55.5-55.9; H200, 2026-12-04).
             options.update(mma_regs=192, worker_regs=120, ring=5)
     return options
