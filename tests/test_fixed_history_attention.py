@@ -1533,6 +1533,15 @@ if not _IN_CHILD:
             assert "v_pages" not in launch._gluon_pipeline(
                 rows, kv_fp8=True, tma=True, v_pages=True
             )
+        # At 128 rows of 128 keys: the second multiplying partition at 192
+        # registers, the loader at 120 and a ring of 5 (the partitions run
+        # tiles apart under load).
+        assert pipeline == {
+            "narrow_convert": True, "tma": True, "edge_fence": True,
+            "fp8_scores": True, "split_mma": True, "block_n": 128, "ring": 5,
+            "raw_slots": 2, "mma_regs": 192, "worker_regs": 120,
+            "fp8_pv": True, "v_pages": True,
+        }  # fmt: skip
 
     def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
         # The fixture forcing each fp8 dot into the policy's plans: the plans
