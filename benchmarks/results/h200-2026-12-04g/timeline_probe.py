@@ -9,6 +9,8 @@
 # partition. PROBE_DELAY=N: the second partition starts N cycles late.
 # PROBE_PP=1: the batch loop (S of tile t and P V of tile t - 1 issued
 # together; "pingpong": true, in turn with the other partition).
+# PROBE_OVL, PROBE_TREE, PROBE_SPLITPV, PROBE_PREWAIT: the README's list.
+# (timeline_gluon.py: step `module` of next-gpu.sh.)
 import importlib.util
 import json
 import os
