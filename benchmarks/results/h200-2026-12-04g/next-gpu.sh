@@ -1,4 +1,4 @@
-# The thirty-third session's leases on the H200 (2026-12-04): eight bare
+# The thirty-third session's leases on the H200 (2026-12-04): nine bare
 # H200s with vLLM 0.32.0's Triton 3.7.1 wheel (parts .gpu-vllm/tw00..tw03
 # as in h200-2026-12-04d: part x 4, wheel, then the lease's steps; step
 # module first, here, for the probes' module).
@@ -92,6 +92,20 @@ prewait)  # lease 8: fp8 shape 4 at a ring of 5, the launch's loop against
       done
     done
   done | tee $OUT/probe8-prewait.txt ;;
+smemp)  # lease 9: fp8 shape 4 at a ring of 5, the launch's loop against the
+  # overlapped loop with the weights through shared memory (PROBE_OVL=3: S
+  # waited for, then P V of the previous tile issued from shared memory,
+  # the softmax and its weights' stores beside it), alone and with the
+  # loader, two rounds
+  for i in 1 2; do
+    for mode in "PROBE_NO_LOAD=1" "PROBE_NO_LOAD=0"; do
+      for v in "" "PROBE_OVL=3"; do
+        echo "== $mode $v"
+        env $mode $v timeout 80 python3 $D/timeline_probe.py '[{"ring":5}]' \
+          2>&1 | grep -v "Warn\|^shape"
+      done
+    done
+  done | tee $OUT/probe9-smemp.txt ;;
 bench)  # lease 7, commit 5b7c065 (the ring of 5): the benchmark's fp8
   # shapes 1 and 4 through the public entry
   timeout 150 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
