@@ -5,6 +5,19 @@
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04g
+against_launch() {  # the launch's loop at a ring of 5 against the variant
+  # that the switch $1 selects, alone (PROBE_NO_LOAD=1) and with the
+  # loader, alternating, two rounds
+  for i in 1 2; do
+    for mode in "PROBE_NO_LOAD=1" "PROBE_NO_LOAD=0"; do
+      for v in "" "$1"; do
+        echo "== $mode $v"
+        env $mode $v timeout 80 python3 $D/timeline_probe.py '[{"ring":5}]' \
+          2>&1 | grep -v "Warn\|^shape"
+      done
+    done
+  done
+}
 case $1 in
 part|wheel)
   bash benchmarks/results/h200-2026-12-04d/next-gpu.sh "$@" ;;
@@ -80,32 +93,14 @@ splitpv)  # lease 6: fp8 shape 4 at a ring of 5, the launch's loop against
         2>&1 | grep -v "Warn\|^shape"
     done
   done | tee $OUT/probe6-splitpv.txt ;;
-prewait)  # lease 8: fp8 shape 4 at a ring of 5, the launch's loop against
-  # the next tile's ring wait issued while P V runs (PROBE_PREWAIT=1), with
-  # the loader only signalling and as it is, alternating, two rounds
-  for i in 1 2; do
-    for mode in "PROBE_NO_LOAD=1" "PROBE_NO_LOAD=0"; do
-      for v in "" "PROBE_PREWAIT=1"; do
-        echo "== $mode $v"
-        env $mode $v timeout 80 python3 $D/timeline_probe.py '[{"ring":5}]' \
-          2>&1 | grep -v "Warn\|^shape"
-      done
-    done
-  done | tee $OUT/probe8-prewait.txt ;;
-smemp)  # lease 9: fp8 shape 4 at a ring of 5, the launch's loop against the
-  # overlapped loop with the weights through shared memory (PROBE_OVL=3: S
-  # waited for, then P V of the previous tile issued from shared memory,
-  # the softmax and its weights' stores beside it), alone and with the
-  # loader, two rounds
-  for i in 1 2; do
-    for mode in "PROBE_NO_LOAD=1" "PROBE_NO_LOAD=0"; do
-      for v in "" "PROBE_OVL=3"; do
-        echo "== $mode $v"
-        env $mode $v timeout 80 python3 $D/timeline_probe.py '[{"ring":5}]' \
-          2>&1 | grep -v "Warn\|^shape"
-      done
-    done
-  done | tee $OUT/probe9-smemp.txt ;;
+prewait)  # lease 8: fp8 shape 4, the launch's loop against the next tile's
+  # ring wait issued while P V runs (PROBE_PREWAIT=1)
+  against_launch PROBE_PREWAIT=1 | tee $OUT/probe8-prewait.txt ;;
+smemp)  # lease 9: fp8 shape 4, the launch's loop against the overlapped
+  # loop with the weights through shared memory (PROBE_OVL=3: S waited
+  # for, then P V of the previous tile issued from shared memory, the
+  # softmax and its weights' stores beside it)
+  against_launch PROBE_OVL=3 | tee $OUT/probe9-smemp.txt ;;
 bench)  # lease 7, commit 5b7c065 (the ring of 5): the benchmark's fp8
   # shapes 1 and 4 through the public entry
   timeout 150 python3 benchmarks/bench_fixed_history_attention.py --kv-dtypes fp8 \
