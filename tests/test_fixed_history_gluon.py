@@ -78,6 +78,7 @@ def _compile(
     packed_softmax=False,
     mma_regs=None,
     v_pages=False,
+    loader_first=False,
 ):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -155,6 +156,7 @@ def _compile(
                 narrow_tail=narrow_tail,
                 packed_softmax=packed_softmax,
                 v_pages=v_pages,
+                loader_first=loader_first,
                 **({} if mma_regs is None else {"mma_regs": mma_regs}),
             )
         )
@@ -987,6 +989,40 @@ def test_v_pages_pipelines_copy_v_straight_into_the_ring(rows, group, maxnreg, w
     assert pages.count("UTMALDG") > 0
     if triton.__version__.startswith("3.7."):
         assert pages.stack_bytes <= transposing.stack_bytes
+
+
+def test_loader_first_puts_the_loader_in_the_default_partition():
+    # The launch's 128-row pipeline over V's pages runs its loader as the
+    # default partition (warps 0-3): those warps give their registers back
+    # down to the loader's 120 and both multiplying warpgroups take 192;
+    # without it the default partition multiplies at 192 and the loader
+    # worker gets 120. The same code otherwise: no more registers, stack or
+    # shared memory, the same MMAs.
+    pipeline = _gluon_pipeline(
+        128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True, v_pages=True
+    )
+    assert pipeline["loader_first"], pipeline
+    first, last = (
+        _compile(
+            "fixed_history_ws_kernel",
+            *("fp8e4nv", 8, 128),
+            maxnreg=168,
+            rows=128,
+            f16=True,
+            **{**pipeline, "loader_first": loader_first},
+        )
+        for loader_first in (True, False)
+    )
+    assert first.register_targets[("TRY_ALLOC", 192)] == 2, first.register_targets
+    assert first.register_targets[("DEALLOC", 192)] == 0, first.register_targets
+    assert last.register_targets[("TRY_ALLOC", 192)] == 1, last.register_targets
+    assert last.register_targets[("DEALLOC", 192)] == 1, last.register_targets
+    for code in (first, last):
+        assert code.register_targets[("DEALLOC", 120)] >= 1, code.register_targets
+    assert first.registers == last.registers <= 168
+    assert first.stack_bytes <= last.stack_bytes
+    assert first.shared_bytes == last.shared_bytes
+    assert first.count("QGMMA") == last.count("QGMMA") > 0
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])

@@ -66,6 +66,12 @@ class Codegen:
     barrier_threads: collections.Counter[int] = dataclasses.field(
         default_factory=collections.Counter
     )
+    # setmaxnreg (warp specialization) by kind and registers per thread:
+    # ("DEALLOC", 120) gives registers back down to 120, ("TRY_ALLOC", 192)
+    # takes them up to 192.
+    register_targets: collections.Counter[tuple[str, int]] = dataclasses.field(
+        default_factory=collections.Counter
+    )
     # Register-held dot operands (mma.sync's A and B) by their elements per
     # thread along the reduction axis (Triton's kWidth), from the TTGIR.
     dot_operand_k_widths: collections.Counter[int] = dataclasses.field(
@@ -242,12 +248,18 @@ def _inspect(cubin: bytes, shared_bytes: int) -> Codegen:
     # "BAR.SYNC.DEFER_BLOCKING 0x2, 0x80 ;": barrier 2, 128 threads; without
     # the count, every thread of the CTA.
     bars = re.findall(r"BAR\.SYNC[A-Z_.]*\s+\w+(?:,\s*(0x[0-9a-f]+|\d+))?\s*;", sass)
+    # "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xc0 ;", "USETMAXREG.DEALLOC.CTAPOOL 0x78 ;"
+    limits = re.findall(
+        r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\.CTAPOOL\s+(?:UP\d+,\s*)?(0x[0-9a-f]+|\d+)",
+        sass,
+    )
     return Codegen(
         registers=_field(usage, "REG"),
         stack_bytes=_field(usage, "STACK"),
         shared_bytes=shared_bytes,
         instructions=collections.Counter(opcodes),
         barrier_threads=collections.Counter(int(n, 0) if n else 0 for n in bars),
+        register_targets=collections.Counter((k, int(n, 0)) for k, n in limits),
     )
 
 

@@ -2240,7 +2240,7 @@ def fixed_history_ws_kernel(
     NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
     FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
     EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, EDGE_TMA: gl.constexpr,
-    TAIL_N: gl.constexpr, PACKED_SOFTMAX: gl.constexpr,
+    TAIL_N: gl.constexpr, PACKED_SOFTMAX: gl.constexpr, LOADER_FIRST: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """The same computation as ``fixed_history_wgmma_kernel``, with the
@@ -2267,7 +2267,9 @@ def fixed_history_ws_kernel(
     the queries in every other 8 of them (``_ws_mma_partition``).
     ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV`` nor ``OVERLAP``): S
     accumulated in float16 and the softmax on float16 pairs
-    (``_packed_weights``)."""
+    (``_packed_weights``). ``LOADER_FIRST`` (``SPLIT_MMA``): the loading
+    warpgroup is the default partition (warps 0-3) and both multiplying
+    ones are workers of ``MMA_REGS`` registers."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -2370,54 +2372,109 @@ def fixed_history_ws_kernel(
         k_raw = k_smem  # unused: copied straight into the ring
         v_raw = v_smem
     if SPLIT_MMA:
-        gl.warp_specialize(
-            [
-                (
-                    _ws_mma_partition,
+        if LOADER_FIRST:
+            # The loader in warps 0-3 (the default partition, with the
+            # registers that the two multiplying workers leave; see
+            # ``loader_first`` of the launch). Both orders are written out:
+            # Gluon takes the partitions as a literal list, and arguments
+            # kept in a tuple variable would lose their constexpr values.
+            gl.warp_specialize(
+                [
                     (
-                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
-                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
-                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
-                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
-                        NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        _ws_load_partition,
+                        (
+                            k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
+                            k_ptr, v_ptr, block_table_ptr, context_lens_ptr,
+                            query_start_loc_ptr, window, num_reqs, stride_k_blk,
+                            stride_k_slot, stride_k_head, stride_v_blk,
+                            stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
+                            NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                            HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
+                            FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
+                            FP8_SCORES, FP8_PV, EDGE_TMA,
+                        ),
                     ),
-                ),
-                (
-                    _ws_mma_partition,
                     (
-                        q_smem.index(1), k_smem, v_smem, ready, empty, turn,
-                        q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
-                        k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
-                        stride_q_t, stride_q_h, stride_o_t, stride_o_h,
-                        NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                        HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                        q_smem, stats_ptr, FP8_SCORES, FP8_PV,
-                        EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        _ws_mma_partition,
+                        (
+                            q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                            q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                            k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                            stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                            NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                            MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
+                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        ),
                     ),
-                ),
-                (
-                    _ws_load_partition,
                     (
-                        k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty, k_ptr,
-                        v_ptr, block_table_ptr, context_lens_ptr,
-                        query_start_loc_ptr, window, num_reqs, stride_k_blk,
-                        stride_k_slot, stride_k_head, stride_v_blk,
-                        stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
-                        NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
-                        HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
-                        FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
-                        FP8_SCORES, FP8_PV, EDGE_TMA,
+                        _ws_mma_partition,
+                        (
+                            q_smem.index(1), k_smem, v_smem, ready, empty, turn,
+                            q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                            k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                            stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                            NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                            MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
+                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        ),
                     ),
-                ),
-            ],
-            [4, 4],
-            [MMA_REGS, WORKER_REGS],
-        )  # fmt: skip
+                ],
+                [4, 4],
+                [MMA_REGS, MMA_REGS],
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [
+                    (
+                        _ws_mma_partition,
+                        (
+                            q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                            q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                            k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                            stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                            NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                            MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
+                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        ),
+                    ),
+                    (
+                        _ws_mma_partition,
+                        (
+                            q_smem.index(1), k_smem, v_smem, ready, empty, turn,
+                            q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
+                            k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
+                            stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+                            NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
+                            MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
+                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
+                        ),
+                    ),
+                    (
+                        _ws_load_partition,
+                        (
+                            k_raw, v_raw, raw_ready, k_smem, v_smem, ready, empty,
+                            k_ptr, v_ptr, block_table_ptr, context_lens_ptr,
+                            query_start_loc_ptr, window, num_reqs, stride_k_blk,
+                            stride_k_slot, stride_k_head, stride_v_blk,
+                            stride_v_slot, stride_v_head, stride_bt, k_desc, v_desc,
+                            NUM_KV_HEADS, BLOCK_Q, BLOCK_N, HEAD_DIM, PAGE_SIZE,
+                            HAS_WINDOW, KV_FP8, NUM_BUF, NUM_RAW, COPIES_AHEAD,
+                            FENCE_IN_MMA, NARROW_CONVERT, TMA, stats_ptr,
+                            FP8_SCORES, FP8_PV, EDGE_TMA,
+                        ),
+                    ),
+                ],
+                [4, 4],
+                [MMA_REGS, WORKER_REGS],
+            )  # fmt: skip
     elif ISSUE_WARP:
         gl.warp_specialize(
             [
@@ -2518,7 +2575,7 @@ def pipeline_constants(
     mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
     swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
     edge_fence=False, half_rows=False, edge_tma=False, narrow_tail=False,
-    packed_softmax=False, v_pages=False,
+    packed_softmax=False, v_pages=False, loader_first=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
@@ -2544,6 +2601,7 @@ def pipeline_constants(
         EDGE_TMA=edge_tma,
         TAIL_N=NARROW_TAIL_KEYS if narrow_tail else 0,
         PACKED_SOFTMAX=packed_softmax,
+        LOADER_FIRST=loader_first,
     )
 
 
@@ -2672,6 +2730,7 @@ def fixed_history_attention_wgmma(
     narrow_tail=False,
     packed_softmax=False,
     v_pages=False,
+    loader_first=False,
     wait_stats=None,
 ):
     """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
@@ -2762,7 +2821,10 @@ def fixed_history_attention_wgmma(
     8-bit ``P V``'s operand as it is: the loader copies the pages by TMA
     byte for byte straight into the ring, no staging and no transposing
     (the tiles with keys outside the window through its registers, those
-    keys' bytes zeroed).
+    keys' bytes zeroed). ``loader_first`` (``split_mma``): the loading
+    warpgroup runs as the default partition (warps 0-3, with the registers
+    that the two multiplying ones, ``mma_regs`` each, leave it;
+    ``worker_regs`` is then unused) instead of the first multiplying one.
     ``wait_stats``
     (warp-specialized; a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
@@ -2787,6 +2849,8 @@ def fixed_history_attention_wgmma(
         raise ValueError(f"the query heads per KV head ({group}) must divide {rows}")
     if split_mma and (rows != 128 or not warp_specialized):
         raise ValueError("split_mma needs rows=128 and warp_specialized=True")
+    if loader_first and not split_mma:
+        raise ValueError("loader_first needs split_mma=True")
     if pingpong and not (split_mma and overlap):
         raise ValueError("pingpong needs split_mma=True and overlap=True")
     if tma and (
@@ -2921,6 +2985,7 @@ def fixed_history_attention_wgmma(
                 narrow_tail=narrow_tail,
                 packed_softmax=packed_softmax,
                 v_pages=v_pages,
+                loader_first=loader_first,
             ),
             num_warps=4 if split_mma or swap_ab else rows // 16,
             maxnreg=maxnreg,
