@@ -1535,12 +1535,12 @@ if not _IN_CHILD:
             )
         # At 128 rows of 128 keys: the second multiplying partition at 192
         # registers, the loader at 120 and a ring of 5 (the partitions run
-        # tiles apart under load).
+        # tiles apart under load), the loader in warps 0-3.
         assert pipeline == {
             "narrow_convert": True, "tma": True, "edge_fence": True,
             "fp8_scores": True, "split_mma": True, "block_n": 128, "ring": 5,
             "raw_slots": 2, "mma_regs": 192, "worker_regs": 120,
-            "fp8_pv": True, "v_pages": True,
+            "fp8_pv": True, "v_pages": True, "loader_first": True,
         }  # fmt: skip
 
     def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
