@@ -4,6 +4,16 @@
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04h
+pairs() {  # span_probe.py for each value in $4 of switch $2 within each
+  # value in $3 of switch $1 (space-separated lists)
+  for a in $3; do
+    for b in $4; do
+      v="$1=$a $2=$b"
+      echo "== $v"
+      env $v timeout 150 python3 $D/span_probe.py 1 2>&1 | grep -v Warn
+    done
+  done
+}
 case $1 in
 part|wheel)
   bash benchmarks/results/h200-2026-12-04d/next-gpu.sh "$@" ;;
@@ -37,23 +47,12 @@ span3)  # lease 3: the loader as the default partition (warps 0-3) and both
 span4)  # lease 4: the output stored in 16-byte pieces (PROBE_STORE=wide)
   # or not at all (none), with the launch's order and the loader as the
   # default partition
-  for l in 0 1; do
-    for st in "" wide none; do
-      v="PROBE_LOADER_DEFAULT=$l PROBE_STORE=$st"
-      echo "== $v"
-      env $v timeout 150 python3 $D/span_probe.py 1 2>&1 | grep -v Warn
-    done
-  done | tee $OUT/span4.txt ;;
+  pairs PROBE_LOADER_DEFAULT PROBE_STORE "0 1" "plain wide none" \
+    | tee $OUT/span4.txt ;;
 span5)  # lease 4: the next tile's block-table entries read ahead by the
   # loader (PROBE_PREFETCH=1), with the multiplying partitions only
   # releasing each tile (the memory path alone) and as they are
-  for m in 1 0; do
-    for pf in 0 1; do
-      v="PROBE_NO_MMA=$m PROBE_PREFETCH=$pf"
-      echo "== $v"
-      env $v timeout 150 python3 $D/span_probe.py 1 2>&1 | grep -v Warn
-    done
-  done | tee $OUT/span5.txt ;;
+  pairs PROBE_NO_MMA PROBE_PREFETCH "1 0" "0 1" | tee $OUT/span5.txt ;;
 confirm)  # lease 5, the working tree with loader_first in the launch's
   # 128-row pipeline over V's pages: fp8 shape 4 through the launch's module
   # with loader_first off / on, alternating, three rounds; the GPU tests
@@ -72,11 +71,9 @@ confirm)  # lease 5, the working tree with loader_first in the launch's
 span6)  # lease 5: each multiplying partition's item loop body run once
   # first with nothing to do (PROBE_WARM=1), with the loader first (the
   # launch's, from lease 5 on) and not
-  for l in 1 0; do
-    for w in 0 1; do
-      v="PROBE_LOADER_DEFAULT=$l PROBE_WARM=$w"
-      echo "== $v"
-      env $v timeout 150 python3 $D/span_probe.py 1 2>&1 | grep -v Warn
-    done
-  done | tee $OUT/span6.txt ;;
+  pairs PROBE_LOADER_DEFAULT PROBE_WARM "1 0" "0 1" | tee $OUT/span6.txt ;;
+span7)  # lease 5: an item's first key tile (its loader's register pass)
+  # taken last (PROBE_ROTATE=1), with and without PROBE_WARM; the launch's
+  # loader first
+  pairs PROBE_ROTATE PROBE_WARM "0 1" "0 1" | tee $OUT/span7.txt ;;
 esac

@@ -12,9 +12,11 @@
 # PROBE_SWAP=1: rows 64-127 in the default partition (warps 0-3);
 # PROBE_NOFLUSH=1: the stamped run right after another (no L2 emptying);
 # PROBE_LOADER_DEFAULT=1 / 0: the kernel's loader_first on / off;
-# PROBE_STORE=wide / none: the output stored in 16-byte pieces / not;
+# PROBE_STORE=wide / none: the output stored in 16-byte pieces / not
+# (plain or unset: as the launch stores it);
 # PROBE_PREFETCH=1: the next tile's block-table entries read ahead;
-# PROBE_WARM=1: the item loop's body run once first with nothing to do.
+# PROBE_WARM=1: the item loop's body run once first with nothing to do;
+# PROBE_ROTATE=1: an item's first key tile taken last.
 #   PYTHONPATH=/tmp/t371:src python3 span_probe.py [reps]
 import os
 import sys
@@ -269,9 +271,24 @@ WARM = [
 ]
 
 
+# PROBE_ROTATE=1: the loader and the multiplying partitions take an item's
+# key tiles from its second on, the first (which reaches below the window
+# and passes through the loader's registers) last, so that the first tile
+# multiplied comes by TMA alone.
+ROTATE = [
+    ("\n" + " " * n + "start = first + t * BLOCK_N\n")
+    for n in (20, 24)  # the fp8 TMA loader's, the multiplying partitions'
+]
+ROTATED = "((t + 1) % n_tiles) * BLOCK_N"
+
+
 def stamped_module():
     with open(SRC) as f:
         text = f.read()
+    if os.environ.get("PROBE_ROTATE") == "1":
+        for old in ROTATE:
+            assert text.count(old) == 1, old
+            text = text.replace(old, old.replace("t * BLOCK_N", ROTATED))
     if os.environ.get("PROBE_WARM") == "1":
         for old, new in WARM:
             assert text.count(old) == 1, old[:80]
@@ -280,8 +297,8 @@ def stamped_module():
         for old, new in PREFETCH:
             assert text.count(old) == 1, old[:80]
             text = text.replace(old, new)
-    store = os.environ.get("PROBE_STORE")
-    if store:
+    store = os.environ.get("PROBE_STORE", "plain")
+    if store not in ("", "plain"):
         assert text.count(STORE) == 1, "store"
         text = text.replace(STORE, STORES[store])
     if os.environ.get("PROBE_SWAP") == "1":
