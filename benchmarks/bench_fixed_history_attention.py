@@ -47,7 +47,10 @@ shape are printed next to each other. It then times:
 * floor       bytes of the K/V window read once (R * nKV * span * D * 2 *
               bytes per element: 2 for bf16, 1 for fp8) divided by the
               bandwidth of a large device-to-device copy (bytes read +
-              written) measured in the same run.
+              written) measured in the same run. The header also gives
+              what an empty kernel of one program per SM takes timed as
+              the graph column is: the part of any timed launch that no
+              floor holds.
 
 Timing: medians of CUDA-event timings as triton.testing.do_bench takes
 them, the L2 emptied before every call by reading a 256 MB buffer, so that
@@ -297,6 +300,24 @@ def time_variants(call, variants, *, graph=False, rep=300, before=None):
             yield var, bench_replayed(fn, rep) if graph else bench(fn, rep)
         except Exception as e:  # noqa: BLE001 (a probe: report, go on)
             yield var, e
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    pass
+
+
+def launch_cost():
+    """Microseconds that an empty kernel of one program per SM takes when
+    timed as the kernel's graph column is (a CUDA graph replayed, the L2
+    emptied before each call): what any timed launch holds beside its own
+    work, which the floor does not (on the H200 3.8-4.3 us, 2026-12-04).
+    ``None`` on the CPU."""
+    if DEVICE != "cuda":
+        return None
+    x = torch.empty(1, device=DEVICE)
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    return bench_replayed(lambda: _empty_kernel[(programs,)](x))
 
 
 def copy_bandwidth():
@@ -1177,6 +1198,14 @@ def main():
         f"device-to-device copy bandwidth (read+write): {bw / 1e12:.2f} TB/s",
         flush=True,
     )
+    empty_us = launch_cost()
+    launch_note = (
+        "an empty kernel of one program per SM: not timed on the CPU"
+        if empty_us is None
+        else f"an empty kernel of one program per SM takes {empty_us:.1f} us timed "
+        "as the graph column is, which no floor holds"
+    )
+    print(launch_note, flush=True)
 
     rows = [
         run_shape(idx, SHAPES[idx], kv_dtype, bw, args)
@@ -1192,7 +1221,7 @@ def main():
         f"{K_SCALE}, v_scale {V_SCALE} as device tensors); block size {PAGE}, "
         f"{PAGES} blocks, KV layout {LAYOUT.upper()}; times are medians in "
         f"microseconds (L2 emptied before each call: {FLUSH}); the floor reads "
-        "the K/V window once at the cache's bytes per element.",
+        f"the K/V window once at the cache's bytes per element; {launch_note}.",
         "",
         "| shape (R, L, B, W, nH/nKV/D) | KV dtype | kernel us | kernel (CUDA "
         "graph) us | gather+SDPA us | gather+Flex us | vLLM FA3 us | floor us | "

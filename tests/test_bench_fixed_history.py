@@ -49,6 +49,8 @@ def test_try_times_only_the_given_plans():
         '{"block_n": 32, "fp8_f16_dot": true}',
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # The launch cost line (timed on a GPU only) in the output and the table.
+    assert run.stdout.count("an empty kernel of one program per SM") == 2
     tried = _TRIED.findall(run.stdout)
     # Three smoke shapes, two plans each, and nothing from the grid.
     assert len(tried) == 6, run.stdout[-3000:]
