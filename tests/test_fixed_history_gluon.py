@@ -578,6 +578,10 @@ def test_edge_fence_is_refused_without_tma():
     _refused("edge_fence needs tma", warp_specialized=True, edge_fence=True)
 
 
+def test_loader_first_is_refused_without_split_mma():
+    _refused("loader_first needs split_mma", warp_specialized=True, loader_first=True)
+
+
 def _without_and_with(option, rows, scores=True, value=True, wide=False, **changes):
     """The fp8 kernel as the launch compiles it for ``rows``-row tiles over
     a cache copied by TMA (its pipeline, ``scores``: with fp8 scores,
