@@ -1,6 +1,7 @@
 # The thirty-fourth session's leases on the H200 (2026-12-04): bare H200s
 # with vLLM 0.32.0's Triton 3.7.1 wheel (parts .gpu-vllm/tw00..tw03 as in
-# h200-2026-12-04d: part x 4, wheel, then the lease's steps).
+# h200-2026-12-04d: part x 4, wheel, then the lease's steps; the parts are
+# written by benchmarks/triton_wheel_parts.sh).
 #   bash next-gpu.sh STEP   (from the repository root; output in $OUT)
 export PYTHONPATH=/tmp/t371:src PYTHONUNBUFFERED=1
 D=benchmarks/results/h200-2026-12-04h
