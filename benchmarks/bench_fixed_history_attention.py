@@ -74,7 +74,7 @@ output's difference from the default plan's; ``--sweep --try JSON``
 explores the Triton kernel (``gluon=False``); ``--try '{"gluon": true}'``
 asks for the Gluon kernel. When a shape's default plan runs the Gluon kernel
 (sm_90, fp8), the plan's Triton kernel is timed too. ``--gluon`` also
-times the Gluon kernels' variants (``ops/fixed_history_gluon.py``).
+times the Gluon kernel's pipeline variants (``ops/fixed_history_gluon.py``).
 """
 
 from __future__ import annotations
@@ -709,7 +709,7 @@ def sweep(shape, q, k, v, bt, ctx, qsl, scale, out, base, scales, want, only=Non
 
 
 def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
-    """The Gluon kernels' variants (sm_90 only) at this shape: time and
+    """The Gluon kernel's variants (sm_90 only) at this shape: time and
     difference from the default kernel's output, per variant (those whose
     name contains ``only``, where given)."""
     from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
@@ -717,19 +717,13 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
     )
 
     W = shape[3]
-    ws = dict(warp_specialized=True)
+    ws = {}
     big = dict(programs_per_sm=1, maxnreg=168, worker_regs=152)
     variants = [
-        ("wgmma, 2 programs/SM", dict(warp_specialized=False)),
         ("warp-specialized, 64-key tiles, 2 staged, 2/SM", ws),
         (
             "warp-specialized, 32-key tiles, 6 staged, 2/SM",
             dict(ws, block_n=32, raw_slots=6),
-        ),
-        ("warp-specialized, overlapped softmax, 2/SM", dict(ws, overlap=True)),
-        (
-            "warp-specialized, overlapped softmax, ring 3, 2/SM",
-            dict(ws, overlap=True, ring=3),
         ),
     ]
     wide = shape[2] * shape[4] // shape[5] >= 128  # 128 rows without padding
@@ -739,15 +733,6 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             (
                 "warp-specialized, 128-row tiles, ring 4, 4 staged, 1/SM",
                 dict(ws, rows=128, ring=4, raw_slots=4),
-            ),
-            (
-                "warp-specialized, 128-row tiles, overlapped softmax, 1/SM",
-                dict(ws, rows=128, overlap=True),
-            ),
-            (
-                "warp-specialized, 128-row tiles, overlapped softmax, ring 4, "
-                "4 staged, 1/SM",
-                dict(ws, rows=128, overlap=True, ring=4, raw_slots=4),
             ),
         ]
     # The multiplying warps fence each tile instead of the loader (the
@@ -771,11 +756,6 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 "4 staged, 1/SM",
                 dict(moved, rows=128, ring=4, raw_slots=4),
             ),
-            (
-                "warp-specialized, 128-row tiles, fence in the MMA warps, "
-                "overlapped softmax, ring 4, 4 staged, 1/SM",
-                dict(moved, rows=128, ring=4, raw_slots=4, overlap=True),
-            ),
             # Two multiplying partitions of 64 rows, each releasing the
             # buffers itself (no barrier of both warpgroups per tile).
             (
@@ -786,24 +766,6 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
                 "warp-specialized, 128-row tiles, split MMA, fence in the MMA "
                 "warps, ring 4, 4 staged, 1/SM",
                 dict(moved, rows=128, ring=4, raw_slots=4, split_mma=True),
-            ),
-            (
-                "warp-specialized, 128-row tiles, split MMA, overlapped "
-                "softmax, ring 4, 4 staged, 1/SM",
-                dict(ws, rows=128, ring=4, raw_slots=4, overlap=True, split_mma=True),
-            ),
-            (
-                "warp-specialized, 128-row tiles, split MMA taking turns, "
-                "overlapped softmax, ring 4, 4 staged, 1/SM",
-                dict(
-                    ws,
-                    rows=128,
-                    ring=4,
-                    raw_slots=4,
-                    overlap=True,
-                    split_mma=True,
-                    pingpong=True,
-                ),
             ),
         ]
     if not scales:  # whole pages copied by TMA (caches in q's dtype only)
@@ -828,13 +790,13 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
         # tiles read back 8 values per thread (the launch's fp8 loader)
         variants += [
             (f"{name}, float16 dots", dict(kwargs, f16_dots=True))
-            for name, kwargs in variants[1:]
+            for name, kwargs in variants
         ] + [
             (
                 f"{name}, float16 dots, narrow conversion",
                 dict(kwargs, f16_dots=True, narrow_convert=True),
             )
-            for name, kwargs in variants[1:]
+            for name, kwargs in variants
         ]
         if shape[6] % 128 == 0:  # raw tiles staged by TMA (128 e4m3 per row)
             fp8_tma = dict(ws, tma=True, f16_dots=True, narrow_convert=True)
@@ -1116,7 +1078,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--gluon",
         action="store_true",
-        help="also time the Gluon kernels' variants (sm_90 GPUs only)",
+        help="also time the Gluon kernel's pipeline variants (sm_90 GPUs only)",
     )
     ap.add_argument(
         "--gluon-only",

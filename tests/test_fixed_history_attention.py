@@ -272,7 +272,7 @@ def _assert_within_e4m3_rounding(out, ref, v_max, dtype, rows, what):
 
 
 def _assert_within_e4m3_weights(out, ref, ref_abs_v, dtype, rows, what):
-    """The Gluon kernel's fp8 ``P V`` (its ``fp8_pv``) against the reference
+    """The Gluon kernel's fp8 ``P V`` (over V's pages) against the reference
     fed the same e4m3-rounded q: the weights rounded to e4m3 in the
     numerator only (times 2^8, relative error <= 2^-4 each; below e4m3's
     normal range an absolute error that the output shows at <= 2^-18 |v|
@@ -399,7 +399,7 @@ def _run_and_check(
         # runs them: its weights' bound, _assert_within_e4m3_weights).
         pv8 = fp8_scales is not None and _gluon_launch(
             plan, q, (k, v, bt, ctx, qsl), kwargs, window, True
-        ).get("fp8_pv", False)
+        ).get("v_pages", False)
         ref_abs_v = _reference_f64(
             q_ref, k, v.double().abs(), bt, ctx, qsl, window, scale, fp8_scales
         )
@@ -1371,7 +1371,7 @@ if not _IN_CHILD:
             assert args[9] is scales[0] and args[10] is scales[1]
         else:
             assert args[9:] == (None, None)
-        expected = {"warp_specialized": True, "f16_dots": False, "rows": rows}
+        expected = {"f16_dots": False, "rows": rows}
         # Whole pages copied by TMA (16-key pages, aligned; fp8 into the
         # staging slots), the multiplying warps fencing only the tiles
         # copied by cp.async; fp8: the loader converts 8 values per thread.
@@ -1525,7 +1525,7 @@ if not _IN_CHILD:
                 rows, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True,
                 wide_tiles=True, v_pages=True,
             )  # fmt: skip
-            assert pipeline["v_pages"] and pipeline["fp8_pv"], pipeline
+            assert pipeline["v_pages"], pipeline
             assert not {"half_rows", "issue_warp", "edge_tma", "narrow_tail"} & set(
                 pipeline
             )
@@ -1540,7 +1540,7 @@ if not _IN_CHILD:
             "narrow_convert": True, "tma": True, "edge_fence": True,
             "fp8_scores": True, "split_mma": True, "block_n": 128, "ring": 5,
             "raw_slots": 2, "mma_regs": 192, "worker_regs": 120,
-            "fp8_pv": True, "v_pages": True, "loader_first": True,
+            "v_pages": True, "loader_first": True,
         }  # fmt: skip
 
     def test_fp8_dot_stand_in_keeps_fp8_scores_valid(monkeypatch, fp8_f16_dot):
@@ -1610,7 +1610,7 @@ if not _IN_CHILD:
                 kv = PagedKV(cache, v, bt, ctx, qsl, scales)
                 launch.launch_kernel(q, kv, 32, 0.1, torch.empty_like(q), plan)
         tma, no_tma = calls
-        expected = {"warp_specialized": True, "f16_dots": True, "rows": rows}
+        expected = {"f16_dots": True, "rows": rows}
         expected.update(narrow_convert=True)
         if rows == 128:
             expected.update(split_mma=True, ring=4)

@@ -1,19 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The experimental Gluon kernels (``ops/fixed_history_gluon.py``).
+"""The Gluon kernel (``ops/fixed_history_gluon.py``).
 
-* On any machine: both kernels compile for sm_90 with the installed Triton
-  (no GPU needed), within the register file, with warpgroup MMAs, and the
-  warp-specialized one with its register reallocation; the machine code of
-  its options (two multiplying partitions, turns, the narrow fp8 read-back,
-  whose stores Triton counts free of bank conflicts); and the direct-copy
-  loader's signalling rule (``copies_ahead``) against a model of the ring's
-  barrier protocol, which deadlocks with the rule that hung on the GPU.
-* With an sm_90 GPU (skipped otherwise): both against the float64 reference
-  (fp8 and bf16 caches, GQA 1 to 8, windows, empty requests, several query
-  passes, padding rows left untouched), also with NaN in every cache slot
-  outside the requests' windows. Gluon does not run under Triton's
-  interpreter; the math is the Triton kernel's, whose interpreter tests
-  cover it on CPU (``tests/test_fixed_history_attention.py``).
+* On any machine: the kernel compiles for sm_90 with the installed Triton
+  (no GPU needed), within the register file, with warpgroup MMAs and its
+  register reallocation; the machine code of its options (two multiplying
+  partitions, the loader first, TMA copies, fp8 scores, 8-bit ``P V`` over
+  V's pages, the narrow fp8 read-back, whose stores Triton counts free of
+  bank conflicts); and the direct-copy loader's signalling rule
+  (``copies_ahead``) against a model of the ring's barrier protocol, which
+  deadlocks with one copy more in flight.
+* With an sm_90 GPU (skipped otherwise): the kernel's pipelines against the
+  float64 reference (fp8 and bf16 caches, GQA 1 to 8, windows, empty
+  requests, several query passes, padding rows left untouched), also with
+  NaN in every cache slot outside the requests' windows. Gluon does not run
+  under Triton's interpreter; the math is the Triton kernel's, whose
+  interpreter tests cover it on CPU (``tests/test_fixed_history_attention.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ def _strides():
 
 
 def _compile(
-    kernel_name,
     kv_dtype,
     group,
     head_dim,
@@ -60,16 +60,12 @@ def _compile(
     raw_slots=2,
     ring=2,
     rows=64,
-    overlap=False,
     fence_in_mma=False,
     split_mma=False,
-    pingpong=False,
     narrow_convert=False,
     tma=False,
-    swap_ab=False,
     wait_stats=False,
     fp8_scores=False,
-    fp8_pv=False,
     issue_warp=False,
     edge_fence=False,
     half_rows=False,
@@ -80,14 +76,17 @@ def _compile(
     v_pages=False,
     loader_first=False,
 ):
+    """``fixed_history_ws_kernel`` compiled ahead of time for sm_90 (no GPU
+    needed) with the launch's argument types and these pipeline options,
+    inspected (``fixed_history_codegen._inspect``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
 
     from vllm_spark2_5_plugin.ops import fixed_history_codegen as codegen
     from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
 
-    kernel = getattr(gluon_ops, kernel_name)
     signature = {
         "q_ptr": "*bf16",
         "k_ptr": f"*{kv_dtype}",
@@ -104,24 +103,19 @@ def _compile(
         **{name: "i64" for name in _strides()},
     }
     constants = {}
-    if kernel_name == "fixed_history_ws_kernel":
-        # The caches' TMA descriptors (tma; the type of one over a cache of
-        # 16-key pages), else None.
-        from triton.runtime.jit import mangle_type
-
-        cache_dtype = torch.float8_e4m3fn if kv_dtype == "fp8e4nv" else torch.bfloat16
-        cache = torch.empty(4, 16, 8, head_dim, dtype=cache_dtype)
-        desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
-        v_desc = (
-            mangle_type(gluon_ops._tma_descriptor(cache, True)) if v_pages else desc
-        )
-        signature.update(k_desc=desc, v_desc=v_desc)
-        if not tma:
-            constants.update(k_desc=None, v_desc=None)
-        # The wait statistics' buffer (wait_stats), else None.
-        signature.update(stats_ptr="*i64" if wait_stats else "constexpr")
-        if not wait_stats:
-            constants.update(stats_ptr=None)
+    # The caches' TMA descriptors (tma; the type of one over a cache of
+    # 16-key pages), else None.
+    cache_dtype = torch.float8_e4m3fn if kv_dtype == "fp8e4nv" else torch.bfloat16
+    cache = torch.empty(4, 16, 8, head_dim, dtype=cache_dtype)
+    desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
+    v_desc = mangle_type(gluon_ops._tma_descriptor(cache, True)) if v_pages else desc
+    signature.update(k_desc=desc, v_desc=v_desc)
+    if not tma:
+        constants.update(k_desc=None, v_desc=None)
+    # The wait statistics' buffer (wait_stats), else None.
+    signature.update(stats_ptr="*i64" if wait_stats else "constexpr")
+    if not wait_stats:
+        constants.update(stats_ptr=None)
     constants.update(
         NUM_KV_HEADS=8,
         GROUP=group,
@@ -132,58 +126,42 @@ def _compile(
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
         F16_DOTS=f16,
-        num_warps=4 if split_mma or swap_ab else rows // 16,
+        num_warps=4 if split_mma else rows // 16,
     )
-    if kernel_name == "fixed_history_ws_kernel":
-        constants.update(
-            gluon_ops.pipeline_constants(
-                ring=ring,
-                raw_slots=raw_slots,
-                worker_regs=worker_regs,
-                overlap=overlap,
-                fence_in_mma=fence_in_mma,
-                split_mma=split_mma,
-                pingpong=pingpong,
-                narrow_convert=narrow_convert,
-                tma=tma,
-                swap_ab=swap_ab,
-                fp8_scores=fp8_scores,
-                fp8_pv=fp8_pv,
-                issue_warp=issue_warp,
-                edge_fence=edge_fence,
-                half_rows=half_rows,
-                edge_tma=edge_tma,
-                narrow_tail=narrow_tail,
-                packed_softmax=packed_softmax,
-                v_pages=v_pages,
-                loader_first=loader_first,
-                **({} if mma_regs is None else {"mma_regs": mma_regs}),
-            )
+    constants.update(
+        gluon_ops.pipeline_constants(
+            ring=ring,
+            raw_slots=raw_slots,
+            worker_regs=worker_regs,
+            fence_in_mma=fence_in_mma,
+            split_mma=split_mma,
+            narrow_convert=narrow_convert,
+            tma=tma,
+            fp8_scores=fp8_scores,
+            issue_warp=issue_warp,
+            edge_fence=edge_fence,
+            half_rows=half_rows,
+            edge_tma=edge_tma,
+            narrow_tail=narrow_tail,
+            packed_softmax=packed_softmax,
+            v_pages=v_pages,
+            loader_first=loader_first,
+            **({} if mma_regs is None else {"mma_regs": mma_regs}),
         )
+    )
     signature.update({name: "constexpr" for name in constants})
     names = list(signature)
     aligned = [n for n in names if signature[n].startswith("*")]
     aligned += [s for s in _strides() if s != "stride_bt"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    source = GluonASTSource(kernel, signature, constexprs=constants, attrs=attrs)
+    source = GluonASTSource(
+        gluon_ops.fixed_history_ws_kernel, signature, constexprs=constants, attrs=attrs
+    )
     options = {"num_warps": constants["num_warps"]}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return codegen._inspect(compiled.asm["cubin"], compiled.metadata.shared)
-
-
-@pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
-@pytest.mark.parametrize("group", [4, 8])
-def test_wgmma_kernel_compiles_for_sm90(kv_dtype, group):
-    code = _compile("fixed_history_wgmma_kernel", kv_dtype, group, 128)
-    assert code.registers <= 255
-    assert code.count("HGMMA") > 0, code.instructions
-    if kv_dtype == "fp8e4nv":
-        assert code.count("F2FP.F16.E4M3.UNPACK_B") > 0
-    # 2 x (q, K/V double buffers) and the fp8 staging slots within one SM's
-    # 227 KiB.
-    assert code.shared_bytes <= 227 * 1024
 
 
 @pytest.mark.parametrize(
@@ -193,7 +171,6 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
     # 128 registers at launch, so that two programs fit on an SM; the
     # loading warpgroup gives registers back to the multiplying one.
     code = _compile(
-        "fixed_history_ws_kernel",
         *(kv_dtype, 4, 128),
         maxnreg=128,
         f16=f16,
@@ -215,20 +192,17 @@ def test_warp_specialized_kernel_compiles_for_sm90(kv_dtype, f16):
         assert code.count("HADD2.F32") == code.count("F2F.BF16.F16") == 0
 
 
-@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
-def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
+def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype):
     # 8 multiplying warps (two warpgroups of 64 rows), one program per SM:
     # 168 registers at launch; a ring of 4 converted tiles (and for fp8 4
     # staged ones) within the SM's shared memory.
     code = _compile(
-        "fixed_history_ws_kernel",
         *(kv_dtype, 8, 128),
         maxnreg=168,
         ring=4,
         raw_slots=4,
         rows=128,
-        overlap=overlap,
     )
     assert code.registers <= 168
     assert code.count("HGMMA") > 0
@@ -238,12 +212,10 @@ def test_warp_specialized_kernel_compiles_with_128_rows(kv_dtype, overlap):
         assert code.count("LDS.128") == code.count("F2FP.F16.E4M3") == 0, (
             code.instructions
         )
-    # The MMAs' waits: S, then P V. Overlapped: the first tile's S; in the
-    # loop tile t's S and tile t - 1's P V issued, then a wait for S alone
-    # and one for P V; the last P V. More would mean that ptxas serialized
+    # The MMAs' waits: S, then P V. More would mean that ptxas serialized
     # the MMAs, which it does when it cannot prove that P's registers
     # outlive its MMA.
-    assert code.count("WARPGROUP.DEPBAR") == (4 if overlap else 2), code.instructions
+    assert code.count("WARPGROUP.DEPBAR") == 2, code.instructions
 
 
 @pytest.mark.parametrize(
@@ -258,7 +230,6 @@ def test_tma_loader_copies_whole_pages_and_the_edge_tiles_with_cp_async(
     # (an item's first and last) go through the masked cp.async copies
     # (16-byte pieces), whose arrivals are counted on the tile's barrier.
     code = _compile(
-        "fixed_history_ws_kernel",
         *("bf16", group, 128),
         maxnreg=maxnreg,
         rows=rows,
@@ -286,7 +257,6 @@ def test_tma_stages_whole_fp8_pages_and_the_edge_tiles_with_cp_async(
     # conversion as without TMA (8 values per thread with narrow_convert:
     # 8-byte shared-memory reads).
     code = _compile(
-        "fixed_history_ws_kernel",
         *("fp8e4nv", group, 128),
         maxnreg=maxnreg,
         rows=rows,
@@ -306,46 +276,6 @@ def test_tma_stages_whole_fp8_pages_and_the_edge_tiles_with_cp_async(
         assert code.stack_bytes == 0
 
 
-@pytest.mark.parametrize(
-    "kv_dtype,rows,tma",
-    [
-        ("bf16", 32, False),
-        ("bf16", 32, True),
-        ("fp8e4nv", 32, True),
-        ("fp8e4nv", 16, False),
-    ],
-)
-def test_swapped_mmas_compile_without_padding_rows(kv_dtype, rows, tma):
-    # swap_ab: S^T = K Q^T and O^T += V^T P^T, the keys as the MMAs' 64
-    # rows and the tile's 16 or 32 query rows as their columns: per key
-    # tile 8 MMA instructions for S^T (D = 128 in steps of 16) and 2 x 4
-    # for O^T (two 64-row halves of the head dim, 64 keys in steps of 16),
-    # P^T stored for the second one (stmatrix), no spills in the
-    # multiplying warps at 128 registers (two programs per SM).
-    code = _compile(
-        "fixed_history_ws_kernel",
-        *(kv_dtype, 4, 128),
-        maxnreg=128,
-        rows=rows,
-        f16=kv_dtype == "fp8e4nv",
-        narrow_convert=kv_dtype == "fp8e4nv",
-        tma=tma,
-        swap_ab=True,
-    )
-    assert code.count("HGMMA") == 16, code.instructions
-    assert code.count("STSM") > 0, code.instructions
-    assert code.registers <= 128
-    # 32 query rows: exponentials of 64 keys x 32 rows over 128 threads (16
-    # each; 64-row tiles took 32) plus the rescaling factors.
-    if rows == 32:
-        assert 16 <= code.count("MUFU.EX2") < 32, code.instructions
-    import triton
-
-    if triton.__version__.startswith("3.7.") and tma:
-        assert code.stack_bytes == 0
-    assert code.shared_bytes <= 227 * 1024 // 2
-
-
 @pytest.mark.parametrize("kv_dtype,f16", [("fp8e4nv", True), ("bf16", False)])
 def test_wait_statistics_compile_into_the_launch_kernel(kv_dtype, f16):
     # wait_stats: clock reads around the TMA loaders' and the multiplying
@@ -353,10 +283,8 @@ def test_wait_statistics_compile_into_the_launch_kernel(kv_dtype, f16):
     # launch's 64-row kernel still fits 128 registers (fp8: a few bytes of
     # stack with them, none without).
     options = dict(maxnreg=128, f16=f16, narrow_convert=f16, tma=True)
-    plain = _compile("fixed_history_ws_kernel", kv_dtype, 4, 128, **options)
-    timed = _compile(
-        "fixed_history_ws_kernel", kv_dtype, 4, 128, wait_stats=True, **options
-    )
+    plain = _compile(kv_dtype, 4, 128, **options)
+    timed = _compile(kv_dtype, 4, 128, wait_stats=True, **options)
     assert timed.registers <= 128 and timed.stack_bytes <= 16
     stores = ("STG.E", "STG.E.64")
     assert sum(map(timed.count, stores)) >= sum(map(plain.count, stores)) + 12
@@ -376,10 +304,8 @@ def test_fp8_scores_multiply_q_and_k_on_fp8_tensor_cores(rows):
         options.update(maxnreg=168, rows=128, split_mma=True, ring=4)
     else:
         options.update(maxnreg=128)
-    plain = _compile("fixed_history_ws_kernel", "fp8e4nv", 4, 128, **options)
-    fp8 = _compile(
-        "fixed_history_ws_kernel", "fp8e4nv", 4, 128, fp8_scores=True, **options
-    )
+    plain = _compile("fp8e4nv", 4, 128, **options)
+    fp8 = _compile("fp8e4nv", 4, 128, fp8_scores=True, **options)
     parts = rows // 64
     assert plain.count("QGMMA") == 0 and plain.count("HGMMA") == 12 * parts
     assert fp8.count("QGMMA") == 4 * parts, fp8.instructions
@@ -462,8 +388,8 @@ def _refused(match, cache_dtype=torch.bfloat16, **options):
 
 def test_issue_warp_is_refused_outside_fp8_scores():
     _refused(
-        "issue_warp needs fp8_scores", torch.float8_e4m3fn, warp_specialized=True,
-        tma=True, f16_dots=True, issue_warp=True,
+        "issue_warp needs fp8_scores", torch.float8_e4m3fn, tma=True,
+        f16_dots=True, issue_warp=True,
     )  # fmt: skip
 
 
@@ -488,17 +414,13 @@ def test_half_rows_run_the_softmax_on_the_query_rows_alone(scores):
 
 
 def test_half_rows_are_refused_where_they_do_not_apply():
-    for options in (
-        {"rows": 128},
-        {"rows": 128, "split_mma": True},
-        {"swap_ab": True, "rows": 32},
-        {"warp_specialized": False},
+    fp8 = {"tma": True, "f16_dots": True, "fp8_scores": True}
+    for cache_dtype, options in (
+        (torch.bfloat16, {"rows": 128}),
+        (torch.bfloat16, {"rows": 128, "split_mma": True}),
+        (torch.float8_e4m3fn, {**fp8, "v_pages": True}),  # 8-bit P V
     ):
-        _refused(
-            "half_rows needs",
-            **{"warp_specialized": True, **options},
-            half_rows=True,
-        )
+        _refused("half_rows needs", cache_dtype, half_rows=True, **options)
 
 
 @pytest.mark.parametrize("rows,wide", [(64, False), (128, False), (128, True)])
@@ -532,13 +454,10 @@ def test_narrow_tail_is_refused_where_it_does_not_apply():
     scores = {"tma": True, "f16_dots": True, "fp8_scores": True}
     for options in (
         {},  # no fp8 scores
-        {**scores, "overlap": True},
+        {**scores, "v_pages": True},
         {**scores, "block_n": 16},
     ):
-        _refused(
-            "narrow_tail needs", torch.float8_e4m3fn, warp_specialized=True,
-            narrow_tail=True, **options,
-        )  # fmt: skip
+        _refused("narrow_tail needs", torch.float8_e4m3fn, narrow_tail=True, **options)
 
 
 @pytest.mark.parametrize("rows", [64, 128])
@@ -562,24 +481,24 @@ def test_edge_tma_is_refused_where_nothing_zeroes_the_keys_outside():
     for cache_dtype, options in (
         (torch.float8_e4m3fn, {}),  # no TMA
         (torch.bfloat16, {"tma": True}),  # no converting warps
-        # V transposed, not converted
+        # V's pages copied as they are, not converted
         (
             torch.float8_e4m3fn,
-            {"tma": True, "f16_dots": True, "fp8_scores": True, "fp8_pv": True},
+            {"tma": True, "f16_dots": True, "fp8_scores": True, "v_pages": True},
         ),
     ):
         _refused(
-            "edge_tma needs", cache_dtype, warp_specialized=True, edge_tma=True,
+            "edge_tma needs", cache_dtype, edge_tma=True,
             **options,
         )  # fmt: skip
 
 
 def test_edge_fence_is_refused_without_tma():
-    _refused("edge_fence needs tma", warp_specialized=True, edge_fence=True)
+    _refused("edge_fence needs tma", edge_fence=True)
 
 
 def test_loader_first_is_refused_without_split_mma():
-    _refused("loader_first needs split_mma", warp_specialized=True, loader_first=True)
+    _refused("loader_first needs split_mma", loader_first=True)
 
 
 def _without_and_with(option, rows, scores=True, value=True, wide=False, **changes):
@@ -598,7 +517,7 @@ def _without_and_with(option, rows, scores=True, value=True, wide=False, **chang
     options.pop(option, None)
     if rows == 128:
         options.update(rows=128)
-    args = ("fixed_history_ws_kernel", "fp8e4nv", 4, 128)
+    args = ("fp8e4nv", 4, 128)
     without = _compile(*args, **options)
     return without, _compile(*args, **{option: value}, **options), options["maxnreg"]
 
@@ -629,52 +548,6 @@ def _within_stack(code, wide):
     return not triton.__version__.startswith("3.7") or (
         code.stack_bytes <= _STACK_128_KEYS
     )
-
-
-@pytest.mark.parametrize("rows,wide", [(64, False), (128, False), (128, True)])
-def test_fp8_pv_multiplies_p_and_v_on_fp8_tensor_cores(rows, wide):
-    # fp8_pv (with fp8_scores): both MMAs 8-bit (QGMMA: 4 for S and 2 for
-    # P V per 64-row partition at D = 128 and 64-key tiles, 4 for P V with
-    # the 128-row pipeline's 128-key tiles, wide; no float16 one), no e4m3
-    # -> float16 conversion left, V's ring buffers in e4m3 (less shared
-    # memory than fp8_scores alone); with the launch's fp8_scores options
-    # (but for the issuing warp, whose converting warps do not transpose,
-    # and the edge tiles' TMA copies, whose keys outside the window only a
-    # conversion zeroes) within its registers, without spills under Triton
-    # 3.7 (128-key tiles: within their stack; float32 scores, as 8-bit
-    # weights need).
-    scores, pv, maxnreg = _without_and_with(
-        "fp8_pv", rows, wide=wide, issue_warp=False, edge_tma=False,
-        packed_softmax=False, mma_regs=168,
-    )  # fmt: skip
-    parts = rows // 64
-    pv_mmas = 4 if wide else 2
-    assert pv.count("QGMMA") == (4 + pv_mmas) * parts, pv.instructions
-    assert pv.count("HGMMA") == 0, pv.instructions
-    assert (
-        pv.count("F2FP.F16.E4M3.UNPACK_B") == 0 < scores.count("F2FP.F16.E4M3.UNPACK_B")
-    )
-    assert pv.shared_bytes < scores.shared_bytes
-    # The loader's transposition (_transpose_layout): 16-byte reads of 4
-    # keys' rows each (conflict-free) and 4-byte writes of 16 head-dim rows,
-    # no ldmatrix (whose reads of keys 16 apart were 4-way conflicted).
-    assert pv.count("LDSM.16.M88.4") == 0, pv.instructions
-    assert pv.count("LDS.128") >= 4 and pv.count("STS") >= 16, pv.instructions
-    assert pv.registers <= maxnreg
-    assert _within_stack(pv, wide), pv.stack_bytes
-
-
-def test_fp8_pv_is_refused_where_it_does_not_apply():
-    fp8 = {"tma": True, "f16_dots": True, "fp8_pv": True}
-    for options in (
-        {},  # no fp8 scores
-        {"fp8_scores": True, "overlap": True},
-        {"fp8_scores": True, "block_n": 32},
-    ):
-        _refused(
-            "fp8_pv needs", torch.float8_e4m3fn, warp_specialized=True,
-            **fp8, **options,
-        )  # fmt: skip
 
 
 def _assigned_names(statements):
@@ -796,7 +669,6 @@ def test_tma_refuses_what_it_cannot_copy():
         fixed_history_attention_wgmma(
             *(q, k, v, bt, ctx, qsl, 32, 0.1),
             **scales,
-            warp_specialized=True,
             tma=True,
             fence_in_mma=True,
         )
@@ -809,15 +681,13 @@ def test_tma_refuses_what_it_cannot_copy():
     )
     with pytest.raises(ValueError, match="tma needs"):
         fixed_history_attention_wgmma(
-            q, k, v, bt, ctx, qsl, 32, 0.1, **scales, warp_specialized=True, tma=True
+            q, k, v, bt, ctx, qsl, 32, 0.1, **scales, tma=True
         )
     q, k, v, bt, ctx, qsl = _make_inputs(
         case._replace(page_size=128), dtype=torch.bfloat16, device="cpu", seed=0
     )
     with pytest.raises(ValueError, match="pages that divide block_n"):
-        fixed_history_attention_wgmma(
-            q, k, v, bt, ctx, qsl, 32, 0.1, warp_specialized=True, tma=True
-        )
+        fixed_history_attention_wgmma(q, k, v, bt, ctx, qsl, 32, 0.1, tma=True)
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8e4nv", "bf16"])
@@ -830,7 +700,6 @@ def test_split_mma_partitions_do_not_wait_for_each_other(kv_dtype):
     # one partition's code) and releases the buffer itself.
     one, two = (
         _compile(
-            "fixed_history_ws_kernel",
             *(kv_dtype, 8, 128),
             maxnreg=168,
             ring=4,
@@ -896,7 +765,6 @@ def test_narrow_convert_reads_staged_fp8_tiles_8_values_per_thread(
     # that a quarter warp covers all 8 bank groups of one row.
     base, narrow = (
         _compile(
-            "fixed_history_ws_kernel",
             *("fp8e4nv", group, 128),
             maxnreg=maxnreg,
             rows=rows,
@@ -935,7 +803,6 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
         )
         assert pipeline.get("block_n", 64) == (128 if wide else 64)
         code = _compile(
-            "fixed_history_ws_kernel",
             *(kv_dtype, 8, 128),
             maxnreg=168,
             rows=128,
@@ -957,42 +824,38 @@ def test_launch_128_row_pipelines_compile_within_their_registers(kv_dtype):
 )
 def test_v_pages_pipelines_copy_v_straight_into_the_ring(rows, group, maxnreg, wide):
     # The launch's pipelines over an fp8 cache whose V pages are transposed:
-    # 8-bit P V (fp8 MMAs for both products) with V copied by TMA page by
-    # page into the ring, so without the loader's staging slots (less shared
-    # memory) and with fewer shared-memory stores than the same pipeline
-    # transposing V's staged tiles (only the tiles reaching outside the
-    # window pass through the loader's registers); within the registers.
-    import triton
-
-    pipeline = _gluon_pipeline(
-        rows,
-        kv_fp8=True,
-        tma=True,
-        fp8_scores=True,
-        half_rows=rows == 64,
-        wide_tiles=wide,
-        v_pages=True,
-    )
-    assert pipeline["fp8_pv"] and pipeline["v_pages"], pipeline
+    # both MMAs 8-bit (QGMMA: 4 for S and 2 for P V per 64-row partition at
+    # D = 128 and 64-key tiles, 4 for P V with 128-key tiles; no float16
+    # one), V copied by TMA page by page into the ring: no e4m3 -> float16
+    # conversion left and fewer shared-memory stores than the launch's
+    # pipeline over V in rows, which stages and converts V (only the tiles
+    # reaching outside the window pass through the loader's registers);
+    # within the registers and the SM's shared memory, 128-key tiles within
+    # their stack.
+    plan = dict(kv_fp8=True, tma=True, fp8_scores=True, half_rows=rows == 64)
+    pipeline = _gluon_pipeline(rows, wide_tiles=wide, v_pages=True, **plan)
+    assert pipeline["v_pages"], pipeline
     assert not {"half_rows", "issue_warp", "edge_tma", "narrow_tail"} & set(pipeline)
-    pages, transposing = (
+    pages, in_rows = (
         _compile(
-            "fixed_history_ws_kernel",
             *("fp8e4nv", group, 128),
             maxnreg=maxnreg,
             rows=rows,
             f16=True,
-            **{**pipeline, "v_pages": v_pages},
+            **_gluon_pipeline(rows, wide_tiles=wide, v_pages=v_pages, **plan),
         )
         for v_pages in (True, False)
     )
-    assert pages.registers <= maxnreg
-    assert pages.shared_bytes < transposing.shared_bytes
-    assert pages.count("QGMMA") > 0 and pages.count("HGMMA") == 0, pages.instructions
-    assert pages.count("STS") < transposing.count("STS"), pages.instructions
+    parts, pv_mmas = rows // 64, 4 if wide else 2
+    assert pages.count("QGMMA") == (4 + pv_mmas) * parts, pages.instructions
+    assert pages.count("HGMMA") == 0, pages.instructions
+    conversions = "F2FP.F16.E4M3.UNPACK_B"
+    assert pages.count(conversions) == 0 < in_rows.count(conversions)
+    assert pages.count("STS") < in_rows.count("STS"), pages.instructions
     assert pages.count("UTMALDG") > 0
-    if triton.__version__.startswith("3.7."):
-        assert pages.stack_bytes <= transposing.stack_bytes
+    assert pages.registers <= maxnreg
+    assert pages.shared_bytes <= 227 * 1024
+    assert _within_stack(pages, wide), pages.stack_bytes
 
 
 def test_loader_first_puts_the_loader_in_the_default_partition():
@@ -1008,7 +871,6 @@ def test_loader_first_puts_the_loader_in_the_default_partition():
     assert pipeline["loader_first"], pipeline
     first, last = (
         _compile(
-            "fixed_history_ws_kernel",
             *("fp8e4nv", 8, 128),
             maxnreg=168,
             rows=128,
@@ -1045,7 +907,6 @@ def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv
 
     base, moved = (
         _compile(
-            "fixed_history_ws_kernel",
             *(kv_dtype, group, 128),
             maxnreg=maxnreg,
             rows=rows,
@@ -1064,22 +925,16 @@ def test_fence_in_mma_takes_the_fence_out_of_the_loader(rows, group, maxnreg, kv
         assert moved.count("DEPBAR") < base.count("DEPBAR"), moved.instructions
 
 
-def _ring_protocol_finishes(
-    ring, ahead, overlap, tiles=12, parts=1, pingpong=False, order=(0, 1, 2)
-):
+def _ring_protocol_finishes(ring, ahead, tiles=12, parts=1, order=(0, 1, 2)):
     """The direct-copy loader and the multiplying warps as processes that
     wait on the ring's barriers in turn (counts of arrivals standing for the
     mbarrier phases): True if all get through ``tiles`` key tiles, False if
     none can go on. The loader copies tile j into buffer ``j % ring`` once
     each of the ``parts`` multiplying partitions has released tile
     ``j - ring``, and signals a tile once ``ahead`` newer copies are in
-    flight; a partition releases each tile after its P V, holding tile t - 1
-    while it waits for tile t when the softmax overlaps. ``pingpong``: the
-    partitions issue each batch of MMAs in turn (partition 0 first), after
-    waiting for the tile. ``order``: the order in which the processes are
-    stepped (the loader is 0)."""
+    flight; a partition releases each tile after its P V. ``order``: the
+    order in which the processes are stepped (the loader is 0)."""
     ready, empty = [0] * ring, [0] * ring
-    turns = [1, 0]  # partition 0 may issue first
 
     def landed(j):
         return ready[j % ring] >= j // ring + 1
@@ -1095,30 +950,14 @@ def _ring_protocol_finishes(
         for j in range(done, tiles):
             ready[j % ring] += 1
 
-    def multiplier(me):
-        issued = 0
-
-        def issue():
-            nonlocal issued
-            while pingpong and turns[me] < issued + 1:
-                yield
-            if pingpong:
-                turns[1 - me] += 1
-            issued += 1
-
+    def multiplier():
         for t in range(tiles):
             while not landed(t):
                 yield
-            yield from issue()
-            if not overlap:
-                empty[t % ring] += 1
-            elif t:
-                empty[(t - 1) % ring] += 1
-        if overlap:
-            yield from issue()  # the last tile's P V
-            empty[(tiles - 1) % ring] += 1
+            yield
+            empty[t % ring] += 1
 
-    procs = [loader()] + [multiplier(me) for me in range(parts)]
+    procs = [loader()] + [multiplier() for _ in range(parts)]
     sides = [procs[i] for i in order if i < len(procs)]
     for _ in range(100 * tiles):
         for side in list(sides):
@@ -1131,57 +970,21 @@ def _ring_protocol_finishes(
     return False
 
 
-@pytest.mark.parametrize("ring", [2, 3, 4])
-@pytest.mark.parametrize("overlap", [False, True])
-def test_direct_copy_loader_never_waits_on_a_held_buffer(ring, overlap):
-    # The launch's copies_ahead against a model of the barrier protocol; the
-    # first overlapped version (ring - 1 copies ahead) hung on the H200, and
-    # the model shows why. Two multiplying partitions (split_mma), stepped
-    # in every order, with and without taking turns (pingpong), get through
-    # as well; the old rule still hangs.
+@pytest.mark.parametrize("ring", [2, 3, 4, 5])
+def test_direct_copy_loader_never_waits_on_a_held_buffer(ring):
+    # The kernel's copies_ahead against a model of the barrier protocol:
+    # one or two multiplying partitions (split_mma), stepped in every
+    # order, get through; one copy more in flight and the loader waits for
+    # a buffer that only a tile it has not signalled can free.
     from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
 
-    ahead = gluon_ops.copies_ahead(ring, overlap)
-    assert ahead >= 0
-    assert _ring_protocol_finishes(ring, ahead, overlap)
-    for order in itertools.permutations(range(3)):
-        for pingpong in (False, True) if overlap else (False,):
-            assert _ring_protocol_finishes(
-                ring, ahead, overlap, parts=2, pingpong=pingpong, order=order
-            ), (order, pingpong)
-    if overlap:
-        assert not _ring_protocol_finishes(ring, ring - 1, overlap)
-        assert not _ring_protocol_finishes(ring, ring - 1, overlap, parts=2)
-
-
-def test_pingpong_partitions_take_turns_without_waiting_for_their_mmas():
-    # pingpong adds the turn barriers' waits and arrivals to each
-    # multiplying partition; the MMAs stay asynchronous (the same waits for
-    # them as without it: S of tile t and P V of tile t - 1 in flight).
-    base, pp = (
-        _compile(
-            "fixed_history_ws_kernel",
-            *("bf16", 8, 128),
-            maxnreg=168,
-            ring=4,
-            rows=128,
-            overlap=True,
-            split_mma=True,
-            pingpong=flag,
-        )
-        for flag in (False, True)
-    )
-    assert pp.count("WARPGROUP.DEPBAR") == base.count("WARPGROUP.DEPBAR") == 8
-    # Three issue points per partition (a pass's first S, the loop's S and
-    # P V, the last P V), each passing the turn.
-    assert pp.count("SYNCS.ARRIVE") >= base.count("SYNCS.ARRIVE") + 6
-    assert pp.count("SYNCS.PHASECHK") > base.count("SYNCS.PHASECHK")
-    # No spills under vLLM 0.32.0's Triton 3.7; 3.9 keeps 24 bytes on the
-    # stack since the output's normalization takes one division per row.
-    import triton
-
-    stack = 0 if triton.__version__.startswith("3.7") else 24
-    assert pp.registers <= 168 and pp.stack_bytes <= stack, pp.stack_bytes
+    ahead = gluon_ops.copies_ahead(ring)
+    for parts in (1, 2):
+        for order in itertools.permutations(range(parts + 1)):
+            assert _ring_protocol_finishes(ring, ahead, parts=parts, order=order)
+            assert not _ring_protocol_finishes(
+                ring, ahead + 1, parts=parts, order=order
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -1219,35 +1022,22 @@ _CASES = {
 }
 
 
-# Kernel options: the single-warpgroup kernel, and warp-specialized
-# pipelines (key tile, staged tiles, converted ring, programs per SM).
+# Kernel options: the pipelines (key tile, staged tiles, converted ring,
+# programs per SM) and the launch's choices.
 _KERNELS = {
-    "wgmma": {},
-    "ws": {"warp_specialized": True},
-    "ws-n32-raw6": {"warp_specialized": True, "block_n": 32, "raw_slots": 6},
+    "ws": {},
+    "ws-n32-raw6": {"block_n": 32, "raw_slots": 6},
     # 128-row tiles: 8 multiplying warps, 1 program per SM.
-    "ws-128rows": {"warp_specialized": True, "rows": 128},
+    "ws-128rows": {"rows": 128},
     "ws-128rows-ring4-raw4": {
-        "warp_specialized": True,
         "rows": 128,
-        "ring": 4,
-        "raw_slots": 4,
-    },
-    # The softmax of tile t beside P V of tile t - 1 (two ring buffers held).
-    "ws-overlap": {"warp_specialized": True, "overlap": True},
-    "ws-overlap-ring3": {"warp_specialized": True, "overlap": True, "ring": 3},
-    "ws-128rows-overlap-ring4-raw4": {
-        "warp_specialized": True,
-        "rows": 128,
-        "overlap": True,
         "ring": 4,
         "raw_slots": 4,
     },
     # The multiplying warps fence each tile after waiting for it (the
     # direct-copy loader's copies signal their tiles as they land).
-    "ws-fence-in-mma": {"warp_specialized": True, "fence_in_mma": True},
+    "ws-fence-in-mma": {"fence_in_mma": True},
     "ws-128rows-fence-in-mma-ring4": {
-        "warp_specialized": True,
         "rows": 128,
         "fence_in_mma": True,
         "ring": 4,
@@ -1257,53 +1047,38 @@ _KERNELS = {
     # (pages TMA cannot copy) by cp.async with fences in the multiplying
     # warps.
     "ws-128rows-launch-bf16": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=False, tma=True),
     },
     "ws-128rows-launch-bf16-no-tma": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=False),
     },
     "ws-128rows-launch-fp8": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True),
     },
     "ws-128rows-launch-fp8-no-tma": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True),
-    },
-    "ws-128rows-fence-in-mma-overlap-ring4-raw4": {
-        "warp_specialized": True,
-        "rows": 128,
-        "fence_in_mma": True,
-        "overlap": True,
-        "ring": 4,
-        "raw_slots": 4,
     },
     # The launch's choices for 64-row tiles of an fp8 cache: raw tiles
     # staged by TMA where it can copy them (head dim 128), the loader
     # reading them back 8 values per thread (stores without bank
     # conflicts); a cache in q's dtype ignores the read-back.
     "ws-launch-fp8": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
     },
     "ws-launch-fp8-no-tma": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True),
     },
     # Whole pages copied by TMA (caches in q's dtype only), the tiles with
     # keys outside the window by cp.async: the launch's choice for 64-row
     # tiles of a bf16 cache.
-    "ws-tma": {"warp_specialized": True, **_gluon_pipeline(64, kv_fp8=False, tma=True)},
+    "ws-tma": {**_gluon_pipeline(64, kv_fp8=False, tma=True)},
     # fp8: raw tiles staged by TMA, read back 8 values per thread.
-    "ws-tma-narrow": {"warp_specialized": True, "tma": True, "narrow_convert": True},
+    "ws-tma-narrow": {"tma": True, "narrow_convert": True},
     "ws-128rows-split-tma-narrow-ring4": {
-        "warp_specialized": True,
         "rows": 128,
         "split_mma": True,
         "tma": True,
@@ -1311,7 +1086,6 @@ _KERNELS = {
         "ring": 4,
     },
     "ws-128rows-split-tma-ring4": {
-        "warp_specialized": True,
         "rows": 128,
         "split_mma": True,
         "tma": True,
@@ -1320,14 +1094,12 @@ _KERNELS = {
     # Deeper staging in the same shared memory (not in the policy): one ring
     # buffer and 4 staged tiles at 64 rows; 2 and 6 at 128.
     "ws-tma-narrow-ring1-raw4": {
-        "warp_specialized": True,
         "tma": True,
         "narrow_convert": True,
         "ring": 1,
         "raw_slots": 4,
     },
     "ws-128rows-split-tma-narrow-ring2-raw6": {
-        "warp_specialized": True,
         "rows": 128,
         "split_mma": True,
         "tma": True,
@@ -1335,61 +1107,23 @@ _KERNELS = {
         "ring": 2,
         "raw_slots": 6,
     },
-    # The MMAs transposed (keys as their rows): 32-row tiles (8 queries x 4
-    # heads, no padding rows), 8- and 16-row ones; cp.async and TMA loaders.
-    "ws-swap-ab": {"warp_specialized": True, "swap_ab": True, "rows": 32},
-    "ws-swap-ab-tma": {
-        "warp_specialized": True,
-        "swap_ab": True,
-        "rows": 32,
-        "tma": True,
-        "narrow_convert": True,
-    },
-    "ws-swap-ab-8rows": {"warp_specialized": True, "swap_ab": True, "rows": 8},
-    "ws-swap-ab-16rows-tma": {
-        "warp_specialized": True,
-        "swap_ab": True,
-        "rows": 16,
-        "tma": True,
-        "narrow_convert": True,
-    },
     # Two multiplying partitions of 64 rows that release each buffer
     # separately (the launch's, above, with more options).
-    "ws-128rows-split": {"warp_specialized": True, "rows": 128, "split_mma": True},
-    "ws-128rows-split-overlap-ring4-raw4": {
-        "warp_specialized": True,
-        "rows": 128,
-        "split_mma": True,
-        "overlap": True,
-        "ring": 4,
-        "raw_slots": 4,
-    },
-    "ws-128rows-split-pingpong-overlap-ring4-raw4": {
-        "warp_specialized": True,
-        "rows": 128,
-        "split_mma": True,
-        "pingpong": True,
-        "overlap": True,
-        "ring": 4,
-        "raw_slots": 4,
-    },
+    "ws-128rows-split": {"rows": 128, "split_mma": True},
     # fp8 only, changing the numerics: S = Q K^T on fp8 tensor cores, q
     # rounded to e4m3 row by row, K staged straight into the ring
     # (test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q).
     "ws-fp8-scores": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
         "f16_dots": True,
         "fp8_scores": True,
     },
     # The launch's fp8_scores pipelines (64 rows: a ring of 3, 3 staged).
     "ws-fp8-scores-ring3-raw3": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
     },
     "ws-128rows-fp8-scores": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
@@ -1398,13 +1132,11 @@ _KERNELS = {
     # float16 pairs (wide_tiles: the launch's for items of 2048 keys and
     # more), and with float32 scores.
     "ws-128rows-fp8-scores-wide": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
         "f16_dots": True,
     },
     "ws-128rows-fp8-scores-wide-float32": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
         "f16_dots": True,
@@ -1414,7 +1146,6 @@ _KERNELS = {
     # ... with the edge tiles copied by TMA too (edge_tma, the 64-row
     # pipeline's; slower at 128 rows, 64- and 128-key tiles alike).
     "ws-128rows-fp8-scores-edge-tma": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
@@ -1424,7 +1155,6 @@ _KERNELS = {
     # launch's pipelines above), at a shallower depth (one staged tile: no
     # V ahead).
     "ws-fp8-scores-issue-warp-ring2-raw1": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True),
         "f16_dots": True,
         "fp8_scores": True,
@@ -1437,13 +1167,11 @@ _KERNELS = {
     # scores, 64 and 128 rows (with a cache in q's dtype: ws-tma-narrow,
     # ws-128rows-split-tma-ring4).
     "ws-fp8-scores-fence-every-tile": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
         "edge_fence": False,
     },
     "ws-128rows-fp8-scores-fence-every-tile": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
         "f16_dots": True,
@@ -1453,82 +1181,25 @@ _KERNELS = {
     # (half_rows): cp.async and TMA copies, and the launch's fp8 scores
     # pipeline.
     "ws-half-rows": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=False, half_rows=True),
     },
     "ws-tma-half-rows": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=False, tma=True, half_rows=True),
     },
     "ws-fp8-scores-issue-warp-half-rows": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
         "f16_dots": True,
     },
-    # ... with the softmax of each tile beside the previous tile's P V
-    # (overlap; the other partitions at 88 registers: no spills under 3.7).
-    "ws-fp8-scores-overlap-half-rows": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
-        "f16_dots": True,
-        "overlap": True,
-        "narrow_tail": False,  # (the default loop's)
-        "worker_regs": 88,
-    },
-    # ... and P V on fp8 tensor cores, the weights rounded to e4m3, V
-    # transposed into the ring (the launch's fp8_scores pipelines, and
-    # deeper; not in the policy: slower, see the kernel's fp8_pv).
-    "ws-fp8-pv": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "fp8_pv": True,
-        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
-        "narrow_tail": False,  # (the default loop's, with V converted)
-        "issue_warp": False,
-    },
-    "ws-fp8-pv-ring4-raw4": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "fp8_pv": True,
-        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
-        "narrow_tail": False,  # (the default loop's, with V converted)
-        "issue_warp": False,
-        "ring": 4,
-        "raw_slots": 4,
-    },
-    "ws-128rows-fp8-pv": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True),
-        "f16_dots": True,
-        "fp8_pv": True,
-        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
-        "narrow_tail": False,  # (the default loop's, with V converted)
-    },
-    "ws-128rows-fp8-pv-wide": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True),
-        "f16_dots": True,
-        "packed_softmax": False,  # (float32 scores: 8-bit weights)
-        "fp8_pv": True,
-        "edge_tma": False,  # (V transposed, not converted: nothing zeroes it)
-        "narrow_tail": False,  # (the default loop's, with V converted)
-    },
-    # ... with V's pages transposed in the cache (the writer's
-    # v_pages_transposed layout), copied by TMA straight into the ring: the
-    # launch's pipelines over such a cache at 64 and 128 rows.
+    # P V on fp8 tensor cores over V's pages transposed in the cache (the
+    # writer's v_pages_transposed layout), copied by TMA straight into the
+    # ring: the launch's pipelines over such a cache at 64 and 128 rows.
     "ws-fp8-v-pages": {
-        "warp_specialized": True,
         **_gluon_pipeline(
             64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True, v_pages=True
         ),
         "f16_dots": True,
     },
     "ws-128rows-fp8-v-pages-wide": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(
             128, kv_fp8=True, tma=True, fp8_scores=True, wide_tiles=True, v_pages=True
@@ -1536,44 +1207,21 @@ _KERNELS = {
         "f16_dots": True,
     },
     "ws-128rows-fp8-v-pages": {
-        "warp_specialized": True,
         "rows": 128,
         **_gluon_pipeline(128, kv_fp8=True, tma=True, fp8_scores=True, v_pages=True),
         "f16_dots": True,
     },
     # ... with the softmax of tile t beside P V of tile t - 1 (and turns).
-    "ws-fp8-scores-overlap-ring3-raw3": {
-        "warp_specialized": True,
-        **_gluon_pipeline(64, kv_fp8=True, tma=True),
-        "f16_dots": True,
-        "fp8_scores": True,
-        "overlap": True,
-        "ring": 3,
-        "raw_slots": 3,
-    },
-    "ws-128rows-fp8-scores-pingpong-ring6-raw4": {
-        "warp_specialized": True,
-        "rows": 128,
-        **_gluon_pipeline(128, kv_fp8=True, tma=True),
-        "f16_dots": True,
-        "fp8_scores": True,
-        "overlap": True,
-        "pingpong": True,
-        "ring": 6,
-        "raw_slots": 4,
-    },
     # The softmax on float16 pairs of float16 scores (packed_softmax, the
     # launch's with 128-key tiles at 128 rows: ws-128rows-fp8-scores-wide),
     # q rounded to e4m3 from [0.5, 1), in the 64-row fp8-scores pipeline.
     "ws-fp8-packed-softmax-half-rows": {
-        "warp_specialized": True,
         **_gluon_pipeline(64, kv_fp8=True, tma=True, fp8_scores=True, half_rows=True),
         "f16_dots": True,
         "packed_softmax": True,
     },
     # fp8 only: 4 staged bf16 tiles exceed the shared memory.
     "ws-raw4-ring3-1sm": {
-        "warp_specialized": True,
         "raw_slots": 4,
         "ring": 3,
         "programs_per_sm": 1,
@@ -1658,7 +1306,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     )
     torch.cuda.synchronize()
     fp8_scores = _KERNELS[kernel].get("fp8_scores", False)
-    fp8_pv = _KERNELS[kernel].get("fp8_pv", False)
+    fp8_pv = _KERNELS[kernel].get("v_pages", False)  # 8-bit P V
     packed = _KERNELS[kernel].get("packed_softmax", False)
     q_ref = _e4m3_pow2_rows(q, 0 if packed else 8) if fp8_scores else q
     ref = _reference_f64(q_ref, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
@@ -1673,7 +1321,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
     if fp8_scores and not fp8_pv:
-        # (With fp8_pv the weights' rounding hides q's; fp8_scores alone
+        # (With 8-bit P V the weights' rounding hides q's; fp8_scores alone
         # shows it.)
         exact = _reference_f64(q, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
         got = out[:rows].double()
@@ -1686,7 +1334,6 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
 @pytest.mark.parametrize(
     "kernel",
     [
-        "wgmma",
         "ws",
         "ws-launch-fp8",
         "ws-launch-fp8-no-tma",
@@ -1698,8 +1345,6 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         "ws-128rows-split-tma-narrow-ring4",
         "ws-tma-narrow-ring1-raw4",
         "ws-128rows-split-tma-narrow-ring2-raw6",
-        "ws-swap-ab",
-        "ws-swap-ab-tma",
     ],
 )
 @pytest.mark.parametrize("fp8", [None, (0.02, 3.0)], ids=["bf16", "fp8"])
@@ -1771,7 +1416,7 @@ def test_wait_statistics_count_every_tile(rows, fp8, extra):
     stats = torch.full((programs, 3, 4), -1, dtype=torch.int64, device="cuda")
     out = fixed_history_attention_wgmma(
         q, k, v, bt, ctx, qsl, case.window, case.head_dim**-0.5,
-        **scales, warp_specialized=True, rows=rows, wait_stats=stats,
+        **scales, rows=rows, wait_stats=stats,
         **{
             **_gluon_pipeline(
                 rows, kv_fp8=fp8 is not None, tma=True, fp8_scores=bool(extra)

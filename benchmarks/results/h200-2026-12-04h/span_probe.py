@@ -93,22 +93,22 @@ SUBS = [
     (LOADER_START, STAMP0 + LOADER_START),
     # the multiplying partitions: the first tile ready, the loop's end
     (
-        """                            _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
-                        )  # fmt: skip
+        """                    _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
+                )  # fmt: skip
 """,
-        """                            _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
-                        )  # fmt: skip
-                        if STATS:
-                            g1 = gl.where(it == 0, _gtimer(), g1)
+        """                    _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
+                )  # fmt: skip
+                if STATS:
+                    g1 = gl.where(it == 0, _gtimer(), g1)
 """,
     ),
     (
-        """                    if STATS:
-                        mark = _clock()
+        """            if STATS:
+                mark = _clock()
 """,
-        """                    if STATS:
-                        mark = _clock()
-                        g2 = _gtimer()
+        """            if STATS:
+                mark = _clock()
+                g2 = _gtimer()
 """,
     ),
     (
@@ -118,14 +118,14 @@ SUBS = [
     ),
     # ... and the ends of its first two tiles (once it released them)
     (
-        """                        mbarrier.arrive(empty.index(buf), count=1)
-                        it += 1
+        """                mbarrier.arrive(empty.index(buf), count=1)
+                it += 1
 """,
-        """                        mbarrier.arrive(empty.index(buf), count=1)
-                        if STATS:
-                            ga = gl.where(it == 0, _gtimer(), ga)
-                            gb = gl.where(it == 1, _gtimer(), gb)
-                        it += 1
+        """                mbarrier.arrive(empty.index(buf), count=1)
+                if STATS:
+                    ga = gl.where(it == 0, _gtimer(), ga)
+                    gb = gl.where(it == 1, _gtimer(), gb)
+                it += 1
 """,
     ),
     # the loader: the first tile's copies issued, the loop's end
@@ -161,10 +161,8 @@ SUBS = [
 
 # PROBE_SWAP=1: the second multiplying partition (rows 64-127) runs as
 # the default partition (warps 0-3) and the first as the worker.
-P0 = """                        MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,"""
-P1 = (
-    """                        MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,"""
-)
+P0 = " " * 28 + "BLOCK_Q, 0, 0, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,"
+P1 = " " * 28 + "BLOCK_Q, PART_Q, 1, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,"
 
 
 STORE = """    ptrs, mask = _row_ptrs(
@@ -260,12 +258,12 @@ WARM = [
 """,
     ),
     (
-        """                _store_output(
-                    out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
+        """            _store_output(
+                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
 """,
-        """                _store_output(
-                    out_ptr, acc, l_i, v_scale_ptr, q_first, q_base,
-                    gl.where(warm, 0, num_q),
+        """            _store_output(
+                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base,
+                gl.where(warm, 0, num_q), kv_head,
 """,
     ),
 ]
@@ -276,8 +274,10 @@ WARM = [
 # and passes through the loader's registers) last, so that the first tile
 # multiplied comes by TMA alone.
 ROTATE = [
-    ("\n" + " " * n + "start = first + t * BLOCK_N\n")
-    for n in (20, 24)  # the fp8 TMA loader's, the multiplying partitions'
+    # the fp8 TMA loader's
+    "\n" + " " * 20 + "start = first + t * BLOCK_N\n",
+    # the multiplying partitions'
+    "buf = it % NUM_BUF\n" + " " * 16 + "start = first + t * BLOCK_N\n",
 ]
 ROTATED = "((t + 1) % n_tiles) * BLOCK_N"
 

@@ -1,68 +1,45 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixed-history attention written in Gluon for Hopper (sm_90): explicit
 layouts, warpgroup MMAs and warp specialization. The launch policy runs
-``fixed_history_ws_kernel`` at D = 128 (fp8 caches and caches in q's dtype),
-at 64-row and at 128-row tiles, on sm_90 under Triton 3.7
-(``LaunchPlan.gluon``); the rest is kept for measurements
+``fixed_history_ws_kernel`` at D = 128 (fp8 caches and caches in q's dtype)
+for tiles of 64 and of 128 query rows, on sm_90 under Triton 3.7
+(``LaunchPlan.gluon``; the pipeline it picks: ``gluon_options`` of the
+launch module). ``fixed_history_attention_wgmma`` launches the kernel with
+any of its options, for the tests and the benchmarks
 (``benchmarks/bench_fixed_history_attention.py --gluon``).
 
 Why: the Triton kernel (``fixed_history_kernel``) stays at 2-2.4 times the
 fp8 read floor. Its K/V conversion sits in every warp's chain between the
 load and the MMA, and Triton decides where the converted tiles live and
-which warps do what. Both kernels here take tiles of 64 query rows
-(``BLOCK_Q`` query slots x ``GROUP`` query heads, the extra slots masked;
-the warp-specialized one also 128), 64-key tiles (by default), and a
+which warps do what. Here a loading warpgroup (fp8: copy ``NUM_RAW``
+tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
+q's dtype: copy straight into the ring, by ``cp.async`` or, with ``TMA``,
+a page at a time by the tensor memory accelerator, which with an fp8 cache
+fills the staging slots instead) and one or two multiplying ones (MMAs and
+softmax), synchronized by mbarriers, run side by side, so that the loads
+and conversions overlap the MMAs and the softmax instead of sitting
+between them. Tiles of 64 or 128 query rows (``BLOCK_Q`` query slots x
+``GROUP`` query heads, the extra slots masked), 64- or 128-key tiles, a
 persistent grid over the (request, KV head) items, KV heads fastest, one
-key split (no partial results):
+key split (no partial results).
 
-* ``fixed_history_wgmma_kernel``: one warpgroup. While the tensor cores
-  compute ``S = Q K_t^T`` asynchronously, the warps start copying key tile
-  t + 2 into a staging slot (``cp.async``, page by page through the block
-  table) and convert tile t + 1 from that slot into the other half of a
-  double buffer in q's dtype; then the online softmax of S in registers, and
-  ``O += P V_t`` with P from registers.
-* ``fixed_history_ws_kernel``: a loading warpgroup (fp8: copy ``NUM_RAW``
-  tiles ahead, convert, store into a ring of ``NUM_BUF`` buffers; caches in
-  q's dtype: copy straight into the ring, by ``cp.async`` or, with ``TMA``,
-  a page at a time by the tensor memory accelerator, which with an fp8
-  cache fills the staging slots instead) and one or two
-  multiplying ones (MMAs and softmax), synchronized by mbarriers, so that
-  the conversion runs beside the MMAs and the softmax instead of between
-  them. On the H200 (kernel in a CUDA graph against the read floor, the
-  L2 emptied by reading, 2026-12-02): fp8 caches staged by TMA 1.44,
-  1.36, 1.64 and 2.66 times the floor at the benchmark's shapes 1-4 (at
-  shape 4, per SM, the MMAs take 36.0 us at the float16 peak and the
-  exponentials 16.6 us against a goal of 42.8 us); bf16 caches with TMA
-  copies 1.00, 0.96, 1.05 and 1.27 (shape 4's 128-row tiles run one
-  program per SM)
-  (``benchmarks/fixed_history_attention_h200.md``). The launch copies
-  caches by TMA where it can (``_tma_copyable`` in the launch module); its
-  128-row tiles run two multiplying partitions (``SPLIT_MMA``), fenced by
-  the multiplying warps with a cache in q's dtype that TMA cannot copy
-  (``FENCE_IN_MMA``); its fp8 loader reads staged tiles back 8 values per
-  thread (``NARROW_CONVERT``).
-  ``OVERLAP`` and ``PINGPONG`` (not in the policy) compute the softmax of
-  tile t while ``P V`` of tile t - 1 runs, and take turns at the MMAs;
-  ``SWAP_AB`` (not in the policy: slower at every shape measured on the
-  H200, 2026-12-02) transposes the MMAs so that tiles of 8-32 query rows
-  carry no padding rows.
-  ``FP8_SCORES`` (not in the policy: it rounds q to e4m3) computes
-  ``S = Q K^T`` on fp8 tensor cores with the K tiles as TMA staged them,
-  so that the loader converts V only (fp8 shapes 1-4: 1.33, 1.28, 1.51
-  and 2.47 times the floor). ``FP8_PV`` (with it) computes ``O += P V``
-  on fp8 tensor cores as well: with the loader transposing V's staged
-  tiles (``PV_TRANSPOSING``, not in the policy: 19-28% slower at fp8
-  shapes 1-3, the transposition setting the pace), or over a cache whose
-  V pages are held transposed (``PV_PAGES``, the policy's where the
-  DSpark draft keeps its fp8 cache so: the pages copied by TMA straight
-  into the ring; fp8 shapes 1-4 at 1.11, 1.05, 1.27 and 1.87 times the
-  floor, 2026-12-04).
+The launch's pipelines: caches copied by TMA where they can be
+(``_tma_copyable`` in the launch module); 128-row tiles in two multiplying
+partitions (``SPLIT_MMA``); with an fp8 cache, ``S = Q K^T`` on fp8 tensor
+cores with q rounded to e4m3 row by row (``FP8_SCORES``), and where the
+cache holds V's pages transposed (the DSpark draft's fp8 layout),
+``O += P V`` on fp8 tensor cores over those pages as TMA copies them
+(``FP8_PV``). Against the read floor on the H200 (CUDA graphs, the L2
+emptied by reading; ``benchmarks/fixed_history_attention_h200.md``):
+bf16 1.00-1.27 times at the benchmark's shapes 1-4, fp8 1.06-1.27 at
+shapes 1-3 and about 1.75 at shape 4 (32 requests x 4 KV heads, 4096-key
+windows), where the softmax of each 128-key tile sets the pace.
 
 With an fp8 cache, ``F16_DOTS`` runs the MMAs in float16 (q times the
 softmax scale rounded to float16, K/V converted e4m3 -> float16 only), as
 the Triton kernel's ``LaunchPlan.fp8_f16_dot`` does; otherwise the MMAs take
-q's dtype. Both write the normalized output directly; rows of q outside
-every request are left untouched.
+q's dtype. The kernel writes the normalized output directly; rows of q
+outside every request are left untouched.
 """
 
 from __future__ import annotations
@@ -325,30 +302,6 @@ def _convert_layout(head_dim, narrow, num_warps):
 
 
 @gluon.constexpr_function
-def _transpose_layout(head_dim, num_warps):
-    """How the fp8 loader reads a staged 64-key e4m3 V tile (``[keys, D]``,
-    128-byte swizzle) to transpose it: each thread 16 neighbouring head-dim
-    bytes of 4 keys, ``16 h + 2 q + {0, 1, 8, 9}`` (which
-    ``_fp8_key_order`` puts at positions ``16 h + 4 q + {0, 1, 2, 3}``):
-    the 8 threads of a quarter warp span 2 head-dim halves of a 32-byte
-    block and the 4 values of ``q``, whose keys' swizzle phases then give 8
-    different bank groups (a 16-byte read each, no conflict); the threads'
-    other bits take ``h``, the warps the 32-byte blocks. Transposed, each
-    thread writes 4-byte pieces (4 positions) of 16 head-dim rows, two
-    threads per bank (the ring's 64-byte rows take the head dim's low bits
-    into their swizzle, the threads' 16-row runs do not vary them).
-    Before (2026-12-02, sixteenth session): 16 keys x 4 head-dim bytes per
-    thread, read by ``ldmatrix`` 4-way conflicted and written by 16-byte
-    stores with about 5 wavefronts each (Nsight Compute)."""
-    assert head_dim == 32 * num_warps, (head_dim, num_warps)
-    # [key, head dim] offsets of each register, lane and warp bit.
-    regs = [[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]]
-    lanes = [[0, 16], [2, 0], [4, 0], [16, 0], [32, 0]]
-    warps = [[0, 32 * (1 << w)] for w in range(num_warps.bit_length() - 1)]
-    return gl.DistributedLinearLayout(regs, lanes, warps, [], [64, head_dim])
-
-
-@gluon.constexpr_function
 def _mma_layout(n, num_warps, k=16):
     """The accumulator layout of a warpgroup MMA with ``n`` output columns
     (``k``: the instruction's depth, 32 for 8-bit operands; the accumulator's
@@ -449,29 +402,27 @@ def _edge_tile(start, lo, hi, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _mask_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr, EDGE: gl.constexpr = None):
-    """The scores ``s`` of keys ``key_start ..`` (along ``KEY_AXIS``) with
+def _mask_keys(s, key_start, lo, hi, EDGE: gl.constexpr = None):
+    """The scores ``s`` (a row per query row) of keys ``key_start ..`` with
     those outside ``lo .. hi - 1`` set to -inf. Only the last tile has keys
     to mask, and the first where the tiles start at a page boundary before
     lo: ``EDGE`` ``None`` tests for them, ``True`` masks, ``False`` (the
     caller knows the tile has none) leaves ``s`` as it is."""
-    BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
+    BLOCK_N: gl.constexpr = s.shape[1]
     if EDGE is not None:
         if EDGE:
-            s = _masked_keys(s, key_start, lo, hi, KEY_AXIS)
+            s = _masked_keys(s, key_start, lo, hi)
     elif _edge_tile(key_start, lo, hi, BLOCK_N):
-        s = _masked_keys(s, key_start, lo, hi, KEY_AXIS)
+        s = _masked_keys(s, key_start, lo, hi)
     return s
 
 
 @gluon.jit
-def _masked_keys(s, key_start, lo, hi, KEY_AXIS: gl.constexpr):
+def _masked_keys(s, key_start, lo, hi):
     """``_mask_keys`` without the test."""
-    BLOCK_N: gl.constexpr = s.shape[KEY_AXIS]
-    keys = key_start + gl.arange(
-        0, BLOCK_N, layout=gl.SliceLayout(1 - KEY_AXIS, s.type.layout)
-    )
-    valid = gl.expand_dims((keys >= lo) & (keys < hi), 1 - KEY_AXIS)
+    BLOCK_N: gl.constexpr = s.shape[1]
+    keys = key_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    valid = gl.expand_dims((keys >= lo) & (keys < hi), 0)
     if s.dtype == gl.float16:
         # By the bits of each register's two values (the scores of keys
         # outside the window may be NaN: e4m3 bytes copied from any page):
@@ -505,7 +456,7 @@ def _softmax_weights(
     # Scores of 8-bit MMAs (FP8_SCORES) in the 16-bit MMAs' layout: the same
     # threads hold the same values, the conversion only renames the layout.
     s = gl.convert_layout(s, m_i.type.layout.parent)
-    s = _mask_keys(s, key_start, lo, hi, 1, EDGE)
+    s = _mask_keys(s, key_start, lo, hi, EDGE)
     if s.dtype == gl.float16:
         return _packed_weights(s, m_i, l_i, score_scale, o_layout, HALF)
     # The maxima in the scaled domain (score_scale > 0), and the scale folded
@@ -521,7 +472,7 @@ def _softmax_weights(
     l_i = l_i * alpha + gl.sum(p, axis=1)
     p = p.to(dtype)
     if dtype.primitive_bitwidth == 8:
-        p = _fp8_key_order(p, 1)
+        p = _fp8_key_order(p)
     p_op, alpha_o = _weights_operand(p, alpha, o_layout, HALF)
     return p_op, m_new, l_i, alpha_o
 
@@ -606,27 +557,19 @@ def _packed_row_sums(p):
 
 
 @gluon.jit
-def _fp8_key_order(x, AXIS: gl.constexpr):
-    """``x`` with its keys (along ``AXIS``, 0 or 1 of two, a multiple of 16)
-    in the order that 8-bit ``P V`` MMAs take them: position
-    ``16 h + 4 q + 2 e + b`` holds key ``16 h + 8 e + 2 q + b``. The
-    weights as the scores' accumulator leaves them in each thread are then
-    the A operand's values of the same thread (no exchange between
-    threads), provided that the loader stores V's keys in this order too
-    (``_transpose_layout``: 16 keys per thread, which the order keeps
-    together)."""
-    if AXIS == 0:
-        n: gl.constexpr = x.shape[0]
-        d: gl.constexpr = x.shape[1]
-        x = gl.reshape(x, [n // 16, 2, 4, 2, d])
-        x = gl.permute(x, (0, 2, 1, 3, 4))
-        return gl.reshape(x, [n, d])
-    else:
-        m: gl.constexpr = x.shape[0]
-        n: gl.constexpr = x.shape[1]
-        x = gl.reshape(x, [m, n // 16, 2, 4, 2])
-        x = gl.permute(x, (0, 1, 3, 2, 4))
-        return gl.reshape(x, [m, n])
+def _fp8_key_order(x):
+    """``x`` (``[rows, keys]``, keys a multiple of 16) with its keys in the
+    order that 8-bit ``P V`` MMAs take them: position ``16 h + 4 q + 2 e +
+    b`` holds key ``16 h + 8 e + 2 q + b``. The weights as the scores'
+    accumulator leaves them in each thread are then the A operand's values
+    of the same thread (no exchange between threads), provided that V's
+    transposed pages hold their keys in this order too (``v_page_keys`` of
+    ``ops.v_pages``)."""
+    m: gl.constexpr = x.shape[0]
+    n: gl.constexpr = x.shape[1]
+    x = gl.reshape(x, [m, n // 16, 2, 4, 2])
+    x = gl.permute(x, (0, 1, 3, 2, 4))
+    return gl.reshape(x, [m, n])
 
 
 @gluon.constexpr_function
@@ -738,28 +681,16 @@ def _row_scales(
 
 @gluon.jit
 def _issue_scores(
-    q_smem, k_buf, num_warps: gl.constexpr, SWAP_AB: gl.constexpr = False,
-    PACKED_SOFTMAX: gl.constexpr = False,
-):  # fmt: skip
-    """Start ``S = Q K^T`` on the tensor cores for one key tile; ``SWAP_AB``
-    (one warpgroup): ``S^T = K Q^T``, the keys as the MMA's 64 rows and the
-    tile's query rows as its columns (no padding rows when it has fewer
-    than 64). ``PACKED_SOFTMAX``: S accumulated in float16."""
+    q_smem, k_buf, num_warps: gl.constexpr, PACKED_SOFTMAX: gl.constexpr = False
+):
+    """Start ``S = Q K^T`` on the tensor cores for one key tile
+    (``PACKED_SOFTMAX``: accumulated in float16)."""
     BLOCK_N: gl.constexpr = k_buf.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[0]
-    if SWAP_AB:
-        a = k_buf
-        b = q_smem.permute((1, 0))
-        s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, _mma_layout(BLOCK_M, num_warps))
-    else:
-        a = q_smem
-        b = k_buf.permute((1, 0))
-        depth: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth
-        s_dtype: gl.constexpr = gl.float16 if PACKED_SOFTMAX else gl.float32
-        s = gl.zeros(
-            [BLOCK_M, BLOCK_N], s_dtype, _mma_layout(BLOCK_N, num_warps, depth)
-        )
-    return warpgroup_mma(a, b, s, use_acc=False, is_async=True)
+    depth: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth
+    s_dtype: gl.constexpr = gl.float16 if PACKED_SOFTMAX else gl.float32
+    s = gl.zeros([BLOCK_M, BLOCK_N], s_dtype, _mma_layout(BLOCK_N, num_warps, depth))
+    return warpgroup_mma(q_smem, k_buf.permute((1, 0)), s, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -785,7 +716,7 @@ def _key_tile(
     num_warps: gl.constexpr, TAIL_N: gl.constexpr, HALF_ROWS: gl.constexpr,
     PACKED_SOFTMAX: gl.constexpr = False,
 ):  # fmt: skip
-    """One key tile of the default loop: ``S = Q K^T``, the softmax and
+    """One key tile of a pass: ``S = Q K^T``, the softmax and
     ``O += P V`` (``_finish_tile``; ``PACKED_SOFTMAX``: ``_issue_scores``,
     except in a narrow tile: Triton 3.7 reads the halves of a 16-column
     float16 accumulator before waiting for its MMAs, which makes ptxas
@@ -844,7 +775,7 @@ def _scored_tile(
     num_warps: gl.constexpr, PACKED_SOFTMAX: gl.constexpr, EDGE: gl.constexpr = None,
 ):  # fmt: skip
     """``S`` started (``_issue_scores``), then ``_finish_tile``."""
-    s = _issue_scores(q_smem, k_buf, num_warps, False, PACKED_SOFTMAX)
+    s = _issue_scores(q_smem, k_buf, num_warps, PACKED_SOFTMAX)
     return _finish_tile(s, v_buf, m_i, l_i, acc, key_start, lo, hi, score_scale, EDGE)
 
 
@@ -900,108 +831,6 @@ def _softmax_init(
 @gluon.constexpr_function
 def _tile_smem(shape, dtype):
     return gl.NVMMASharedLayout.get_default_for(shape, dtype)
-
-
-@gluon.jit
-def fixed_history_wgmma_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, block_table_ptr, context_lens_ptr,
-    query_start_loc_ptr, k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
-    stride_q_t, stride_q_h, stride_k_blk, stride_k_slot, stride_k_head,
-    stride_v_blk, stride_v_slot, stride_v_head, stride_o_t, stride_o_h,
-    stride_bt,
-    NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
-    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
-    num_warps: gl.constexpr,
-):  # fmt: skip
-    """One warpgroup per program; see the module docstring."""
-    BLOCK_M: gl.constexpr = BLOCK_Q * GROUP
-    dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
-    kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
-    kv_layout: gl.constexpr = _kv_layout(HEAD_DIM, KV_FP8, num_warps)
-    q_smem = gl.allocate_shared_memory(
-        dtype, [BLOCK_M, HEAD_DIM], _tile_smem([BLOCK_M, HEAD_DIM], dtype)
-    )
-    tile_smem: gl.constexpr = _tile_smem([BLOCK_N, HEAD_DIM], dtype)
-    k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], tile_smem)
-    v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], tile_smem)
-    # The tiles as loaded, two staging slots each, before conversion.
-    raw_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-    k_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    v_raw = gl.allocate_shared_memory(kv_dtype, [2, BLOCK_N, HEAD_DIM], raw_smem)
-    q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
-
-    num_items = num_reqs * NUM_KV_HEADS
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        kv_head, q_first, num_q, lo, _, hi, n_tiles, bt_row, k_head, v_head = (
-            _item_kv(
-                item, context_lens_ptr, query_start_loc_ptr, block_table_ptr,
-                k_ptr, v_ptr, window, stride_bt, stride_k_head, stride_v_head,
-                HAS_WINDOW, NUM_KV_HEADS, BLOCK_N, 1,
-            )
-        )  # fmt: skip
-        for q_base in range(0, num_q, BLOCK_Q):
-            descale = _load_q(
-                q_smem, q_ptr, q_first, q_base, num_q, kv_head, stride_q_t,
-                stride_q_h, q_factor, GROUP, F16_DOTS, num_warps,
-            )  # fmt: skip
-            row_scale = _row_scales(descale, score_scale, BLOCK_N, num_warps)
-            # Tiles 0 and 1 staged; tile 0 converted into buffer 0.
-            for i in gl.static_range(2):
-                page, ok = _tile_pages(
-                    bt_row, lo + i * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
-                )
-                _copy_kv_tiles(
-                    k_raw.index(i), v_raw.index(i), k_head, v_head, page, ok,
-                    lo + i * BLOCK_N, stride_k_blk, stride_k_slot,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-            async_copy.wait_group(1)
-            _convert_tiles(
-                k_raw.index(0), v_raw.index(0), k_smem.index(0),
-                v_smem.index(0), kv_layout, KV_FP8,
-            )  # fmt: skip
-            fence_async_shared()
-            gl.barrier()
-            m_i, l_i, acc = _softmax_init(BLOCK_M, BLOCK_N, HEAD_DIM, num_warps)
-            for t in range(0, n_tiles):
-                buf = t % 2
-                start = lo + t * BLOCK_N
-                s = _issue_scores(q_smem, k_smem.index(buf), num_warps)
-                # While the tensor cores work: stage tile t + 2 in tile t's
-                # slot (read back in the previous iteration), then convert
-                # tile t + 1 into the other buffer (whose last readers, tile
-                # t - 1's MMAs, have completed).
-                page, ok = _tile_pages(
-                    bt_row, start + 2 * BLOCK_N, hi, PAGE_SIZE, BLOCK_N, kv_layout
-                )
-                _copy_kv_tiles(
-                    k_raw.index(buf), v_raw.index(buf), k_head, v_head, page, ok,
-                    start + 2 * BLOCK_N, stride_k_blk, stride_k_slot,
-                    stride_v_blk, stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
-                    kv_layout,
-                )  # fmt: skip
-                async_copy.wait_group(1)
-                _convert_tiles(
-                    k_raw.index(1 - buf), v_raw.index(1 - buf),
-                    k_smem.index(1 - buf), v_smem.index(1 - buf), kv_layout,
-                    KV_FP8,
-                )  # fmt: skip
-                m_i, l_i, acc = _finish_tile(
-                    s, v_smem.index(buf), m_i, l_i, acc, start, lo, hi, row_scale
-                )
-                # The converted tile becomes visible to the next MMAs (async
-                # proxy), from every warp.
-                fence_async_shared()
-                gl.barrier()
-            # The copies staged past the last tile land before the slots
-            # are reused.
-            async_copy.wait_group(0)
-            _store_output(
-                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
-                stride_o_t, stride_o_h, GROUP, KV_FP8,
-            )  # fmt: skip
 
 
 @gluon.jit
@@ -1452,13 +1281,6 @@ def _stage_raw(
         )  # fmt: skip
 
 
-#: ``FP8_PV`` values: 8-bit ``P V`` with the loader transposing V's staged
-#: tiles into the ring, or with the cache's V pages already transposed
-#: (``fixed_history_attention_wgmma(v_pages=True)``).
-PV_TRANSPOSING = gl.constexpr(1)
-PV_PAGES = gl.constexpr(2)
-
-
 @gluon.constexpr_function
 def v_page_piece_layout():
     """The shared layout of one TMA copy of a transposed V page (``[1, 16,
@@ -1580,10 +1402,9 @@ def _ws_tma_fp8_partition(
     ``FP8_SCORES``: only V goes through the slots; once a ring buffer is
     free, the tile's K is staged by TMA straight into it (e4m3, for the fp8
     MMAs), its landing one of the buffer's two arrivals, the loader's after
-    converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V not
-    converted but transposed into the ring (``[HEAD_DIM, BLOCK_N]``, e4m3);
-    ``PV_PAGES``: V's transposed pages copied into the ring instead, their
-    landing the second arrival, nothing staged: an interior tile's K and V
+    converting V the other. ``FP8_PV`` (with ``FP8_SCORES``): V's
+    transposed pages copied into the ring instead, their landing the second
+    arrival, nothing staged: an interior tile's K and V
     by TMA page by page together (``_tma_kv_pages``), an edge tile's K as
     above and its V through the loader's registers
     (``_stage_v_edge_pages``, its arrival the second).
@@ -1612,7 +1433,7 @@ def _ws_tma_fp8_partition(
             for i in range(0, gl.minimum(NUM_RAW, n_tiles)):
                 slot = (r + i) % NUM_RAW
                 start = first + i * BLOCK_N
-                if FP8_PV != PV_PAGES:
+                if not FP8_PV:
                     _stage_raw(
                         k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
                         raw_ready.index(slot), bt_row,
@@ -1636,7 +1457,7 @@ def _ws_tma_fp8_partition(
                         empty.index(buf), ((it // NUM_BUF) & 1) ^ 1, freed, STATS
                     )
                     start = first + t * BLOCK_N
-                    if FP8_PV == PV_PAGES and (start >= lo) & (start + BLOCK_N <= hi):
+                    if FP8_PV and (start >= lo) & (start + BLOCK_N <= hi):
                         # An interior tile: K's and V's copies of a page
                         # issued together, one read of its block-table entry.
                         _tma_kv_pages(
@@ -1651,24 +1472,19 @@ def _ws_tma_fp8_partition(
                             stride_k_slot, None, None, PAGE_SIZE, BLOCK_N,
                             HEAD_DIM, kv_layout, EDGE_TMA,
                         )  # fmt: skip
-                        if FP8_PV == PV_PAGES:
+                        if FP8_PV:
                             _stage_v_edge_pages(
                                 v_head, v_smem.index(buf), ready.index(buf),
                                 bt_row, start, lo, hi, stride_v_blk,
                                 stride_v_slot, PAGE_SIZE,
                             )  # fmt: skip
-                    # V staged in a slot (not PV_PAGES, whose V went above):
-                    # transposed or converted into the ring.
-                    if FP8_PV != PV_PAGES:
+                    # V staged in a slot (not FP8_PV, whose V went above):
+                    # converted into the ring.
+                    if not FP8_PV:
                         landed = _timed_wait(
                             raw_ready.index(slot), ((r + t) // NUM_RAW) & 1,
                             landed, STATS,
                         )  # fmt: skip
-                    if FP8_PV == PV_TRANSPOSING:
-                        v = v_raw.index(slot).load(_transpose_layout(HEAD_DIM, 4))
-                        v = _fp8_key_order(v, 0)
-                        v_smem.index(buf).store(gl.permute(v, (1, 0)))
-                    elif not FP8_PV:
                         _convert_v(
                             v_raw.index(slot), v_smem.index(buf), cvt_layout,
                             first + t * BLOCK_N, lo, hi, EDGE_TMA,
@@ -1691,22 +1507,20 @@ def _ws_tma_fp8_partition(
                     )  # fmt: skip
                 # Every loading thread's stores visible to the MMAs' proxy and
                 # its reads of the slot done before TMA writes it again
-                # (PV_PAGES: in _stage_v_edge_pages, where it stores).
-                if FP8_PV != PV_PAGES:
+                # (FP8_PV: in _stage_v_edge_pages, where it stores).
+                if not FP8_PV:
                     fence_async_shared()
                     gl.barrier()
                     mbarrier.arrive(ready.index(buf), count=1)
-                if FP8_PV == PV_PAGES:
-                    pass
-                elif t + NUM_RAW < n_tiles:
-                    _stage_raw(
-                        k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
-                        raw_ready.index(slot), bt_row, page_ids, k_head, v_head,
-                        kv_head, first + (t + NUM_RAW) * BLOCK_N, lo, hi,
-                        stride_k_blk, stride_k_slot, stride_v_blk,
-                        stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM, kv_layout,
-                        FP8_SCORES, EDGE_TMA,
-                    )  # fmt: skip
+                    if t + NUM_RAW < n_tiles:
+                        _stage_raw(
+                            k_desc, v_desc, k_raw.index(slot), v_raw.index(slot),
+                            raw_ready.index(slot), bt_row, page_ids, k_head,
+                            v_head, kv_head, first + (t + NUM_RAW) * BLOCK_N, lo,
+                            hi, stride_k_blk, stride_k_slot, stride_v_blk,
+                            stride_v_slot, PAGE_SIZE, BLOCK_N, HEAD_DIM,
+                            kv_layout, FP8_SCORES, EDGE_TMA,
+                        )  # fmt: skip
                 page_ids = _tile_page_ids(
                     bt_row, first + (t + NUM_RAW + 1) * BLOCK_N, hi, PAGE_SIZE,
                     BLOCK_N,
@@ -1938,175 +1752,17 @@ def _tile_copied(start, lo, hi, BLOCK_N: gl.constexpr, EDGE_FENCE: gl.constexpr)
 
 
 @gluon.jit
-def _take_turn(turn, k, ME: gl.constexpr, PINGPONG: gl.constexpr):
-    """``PINGPONG``: wait until this partition (``ME``) may issue its
-    ``k``-th batch of MMAs (the partitions alternate, 0 first)."""
-    if PINGPONG:
-        mbarrier.wait(turn.index(ME), k & 1)
-
-
-@gluon.jit
-def _pass_turn(turn, k, ME: gl.constexpr, PINGPONG: gl.constexpr):
-    """``PINGPONG``: its MMAs issued, let the other partition issue; returns
-    the count of batches issued."""
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - ME), count=1)
-    return k + 1
-
-
-@gluon.jit
-def _overlapped_tiles(
-    q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i, acc, it, k,
-    n_tiles, first, lo, hi, score_scale, NUM_BUF: gl.constexpr,
-    MMA_WARPS: gl.constexpr, FENCE: gl.constexpr, ME: gl.constexpr,
-    PINGPONG: gl.constexpr,
-):  # fmt: skip
-    """The key tiles of one pass (at least one) with the softmax of tile t
-    computed while the tensor cores run ``P V`` of tile t - 1: both tiles'
-    ring buffers are held at once (a ring of 3 or more keeps the loader
-    ahead). ``PINGPONG`` (two multiplying partitions): each batch of MMAs
-    issued in turn with the other partition's (``k`` batches issued so far),
-    so that one partition's softmax runs while the other's MMAs do. Returns
-    the softmax state, the output, the ring position and ``k``."""
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    dtype: gl.constexpr = v_smem.dtype
-    o_layout: gl.constexpr = acc.type.layout
-    buf = it % NUM_BUF
-    _wait_tile(ready, it, NUM_BUF, FENCE)
-    _take_turn(turn, k, ME, PINGPONG)
-    s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
-    k = _pass_turn(turn, k, ME, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    # acc is zero before the first tile: no rescaling.
-    p_op, m_i, l_i, _ = _softmax_weights(
-        s, m_i, l_i, first, lo, hi, score_scale, dtype, o_layout
-    )
-    for t in range(1, n_tiles):
-        prev = buf
-        buf = (it + 1) % NUM_BUF
-        _wait_tile(ready, it + 1, NUM_BUF, FENCE)
-        # S of tile t, then P V of tile t - 1; the MMAs complete in order, so
-        # waiting until one is outstanding waits for S only.
-        _take_turn(turn, k, ME, PINGPONG)
-        s = _issue_scores(q_smem, k_smem.index(buf), MMA_WARPS)
-        p_prev = p_op
-        acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
-        k = _pass_turn(turn, k, ME, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-        p_op, m_i, l_i, alpha_o = _softmax_weights(
-            s, m_i, l_i, first + t * BLOCK_N, lo, hi, score_scale, dtype, o_layout
-        )
-        # P of tile t - 1 stays in its registers until its MMA is done.
-        acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
-        mbarrier.arrive(empty.index(prev), count=1)
-        acc = _rescale_rows(acc, alpha_o)
-        it += 1
-    _take_turn(turn, k, ME, PINGPONG)
-    acc = warpgroup_mma(p_op, v_smem.index(buf), acc, is_async=True)
-    k = _pass_turn(turn, k, ME, PINGPONG)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    mbarrier.arrive(empty.index(buf), count=1)
-    return m_i, l_i, acc, it + 1, k
-
-
-@gluon.jit
-def _softmax_weights_t(s, m_i, l_part, key_start, lo, hi, score_scale):
-    """``_softmax_weights`` on transposed scores (keys along axis 0, spread
-    over the 4 warps: the maxima are reduced across them): the weights P^T,
-    the new maxima, the per-thread partial sums ``l_part`` (a tile's shape,
-    reduced once at the end instead of across warps at every tile) and the
-    factor ``alpha`` of the output's columns."""
-    s = _mask_keys(s, key_start, lo, hi, 0)
-    m_new = gl.maximum(m_i, gl.max(s, axis=0) * score_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * score_scale - gl.expand_dims(m_new, 0))
-    l_part = l_part * gl.expand_dims(alpha, 0) + p
-    return p, m_new, l_part, alpha
-
-
-@gluon.jit
-def _swapped_tiles(
-    q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles, first, lo, hi,
-    score_scale, NUM_BUF: gl.constexpr, FENCE: gl.constexpr,
-):  # fmt: skip
-    """The key tiles of one pass with the MMAs transposed (``SWAP_AB``, one
-    warpgroup): ``S^T = K Q^T`` with the keys as the MMA's rows and the
-    tile's query rows (8-32) as its columns, the online softmax down the
-    columns, P^T through shared memory ``p_smem`` and ``O^T += V^T P^T``
-    (V^T read from the ring buffer as the MMA's transposed A operand).
-    Returns the partial sums of the weights, ``O^T`` and the ring position."""
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    HEAD_DIM: gl.constexpr = k_smem.shape[2]
-    BLOCK_M: gl.constexpr = q_smem.shape[0]
-    layout: gl.constexpr = _mma_layout(BLOCK_M, 4)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(0, layout))
-    l_part = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout)
-    acc = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, layout)
-    for t in range(0, n_tiles):
-        buf = it % NUM_BUF
-        _wait_tile(ready, it, NUM_BUF, FENCE)
-        s = _issue_scores(q_smem, k_smem.index(buf), 4, True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        p, m_i, l_part, alpha = _softmax_weights_t(
-            s, m_i, l_part, first + t * BLOCK_N, lo, hi, score_scale
-        )
-        # Every warp past the previous tile's P^T V^T (its wait) before any
-        # overwrites P^T, and every warp's part stored before the MMA.
-        gl.barrier()
-        p_smem.store(p.to(p_smem.dtype))
-        fence_async_shared()
-        gl.barrier()
-        acc = acc * gl.expand_dims(alpha, 0)
-        acc = warpgroup_mma(
-            v_smem.index(buf).permute((1, 0)), p_smem, acc, is_async=True
-        )
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index(buf), count=1)
-        it += 1
-    return l_part, acc, it
-
-
-@gluon.jit
-def _store_output_t(
-    out_ptr, acc, l_part, v_scale_ptr, q_first, q_base, num_q, kv_head,
-    stride_o_t, stride_o_h, GROUP: gl.constexpr, KV_FP8: gl.constexpr,
-):  # fmt: skip
-    """``_store_output`` of a transposed output ``O^T`` (``SWAP_AB``),
-    normalized and stored from the MMA's layout (two values per store: a
-    conversion back to rows would take shared memory that two programs per
-    SM do not have)."""
-    layout: gl.constexpr = acc.type.layout
-    HEAD_DIM: gl.constexpr = acc.shape[0]
-    BLOCK_M: gl.constexpr = acc.shape[1]
-    l_sum = gl.sum(l_part, axis=0)
-    result = acc * gl.expand_dims(_out_scale(v_scale_ptr, KV_FP8) / l_sum, 0)
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
-    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, layout))
-    q_idx = q_base + rows // GROUP
-    tok = (q_first + q_idx).to(gl.int64)
-    head = kv_head * GROUP + rows % GROUP
-    ptrs = (
-        out_ptr
-        + gl.expand_dims(tok * stride_o_t + head * stride_o_h, 0)
-        + gl.expand_dims(offs_d, 1)
-    )
-    mask = gl.expand_dims(q_idx < num_q, 0) & gl.expand_dims(offs_d < HEAD_DIM, 1)
-    gl.store(ptrs, result.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@gluon.jit
 def _ws_mma_partition(
-    q_smem, k_smem, v_smem, ready, empty, turn,
+    q_smem, k_smem, v_smem, ready, empty,
     q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr, k_scale_ptr,
     v_scale_ptr, qk_scale, window, num_reqs,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h,
     NUM_KV_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_Q: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, HAS_WINDOW: gl.constexpr,
     KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr, NUM_BUF: gl.constexpr,
-    MMA_WARPS: gl.constexpr, OVERLAP: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
-    PASS_Q: gl.constexpr, Q_OFFSET: gl.constexpr, ME: gl.constexpr,
-    PINGPONG: gl.constexpr, ALIGN: gl.constexpr, SWAP_AB: gl.constexpr = False,
-    p_smem=None, stats_ptr=None, FP8_SCORES: gl.constexpr = False,
+    MMA_WARPS: gl.constexpr, FENCE_IN_MMA: gl.constexpr, PASS_Q: gl.constexpr,
+    Q_OFFSET: gl.constexpr, ME: gl.constexpr, ALIGN: gl.constexpr,
+    stats_ptr=None, FP8_SCORES: gl.constexpr = False,
     FP8_PV: gl.constexpr = False, EDGE_FENCE: gl.constexpr = False,
     HALF_ROWS: gl.constexpr = False, TAIL_N: gl.constexpr = 0,
     PACKED_SOFTMAX: gl.constexpr = False,
@@ -2117,42 +1773,39 @@ def _ws_mma_partition(
     output at the end of each pass. A pass covers ``PASS_Q`` queries of the
     request, of which these warps take ``BLOCK_Q`` from ``Q_OFFSET`` on (all
     of them, or one half where two partitions share the key tiles; ``ME``:
-    which half, for ``PINGPONG``). The key tiles start at a multiple of
-    ``ALIGN`` (a page where TMA copies them). ``SWAP_AB`` (one warpgroup):
-    the MMAs transposed (``_swapped_tiles``, P^T through ``p_smem``).
-    ``stats_ptr`` (not ``None``): the cycles its waits for tiles took, in
-    the default loop, and the cycles it spent between key loops (storing a
-    pass's output, reading the next item's data, loading its q: an item's
-    start as these warps see it; ``_store_stats``). ``FP8_SCORES``: q rounded to e4m3
-    row by row (``_load_q``) and ``S = Q K^T`` on fp8 tensor cores with the
-    e4m3 K tiles as staged. ``FP8_PV`` (with ``FP8_SCORES``, the default
-    loop): ``O += P V`` on fp8 tensor cores too, the weights times 2^8
-    rounded to e4m3 (``_softmax_weights``) and the ring's V tiles e4m3,
-    transposed by the loader (``[HEAD_DIM, BLOCK_N]``: the keys, the MMA's
-    depth, contiguous, as 8-bit MMAs need). ``EDGE_FENCE`` (TMA, the
-    default loop): only the tiles that the loader copied by ``cp.async``
-    (``_stage_tile``: those with keys outside the window) are fenced; the
-    others landed through TMA, in the MMAs' own proxy. ``HALF_ROWS`` (not
-    ``SWAP_AB``): a tile of twice the rows of ``BLOCK_Q`` queries, which
-    fill the first half of ``_row_halves`` (the rows ``16 w + 0 .. 7``);
-    the softmax runs on that half alone (half the exponentials).
-    ``TAIL_N`` (the default loop, not ``FP8_PV``): an item's last tile
+    which partition, for the statistics). The key tiles start at a multiple
+    of ``ALIGN`` (a page where TMA copies them). ``stats_ptr`` (not
+    ``None``): the cycles its waits for tiles took and the cycles it spent
+    between key loops (storing a pass's output, reading the next item's
+    data, loading its q: an item's start as these warps see it;
+    ``_store_stats``). ``FP8_SCORES``: q rounded to e4m3 row by row
+    (``_load_q``) and ``S = Q K^T`` on fp8 tensor cores with the e4m3 K
+    tiles as staged. ``FP8_PV`` (with ``FP8_SCORES``): ``O += P V`` on fp8
+    tensor cores too, the weights times 2^8 rounded to e4m3
+    (``_softmax_weights``) and the ring's V tiles V's transposed e4m3 pages
+    as copied (``_v_pages_layout``: the keys, the MMA's depth, contiguous,
+    as 8-bit MMAs need). ``EDGE_FENCE`` (TMA): only the tiles that the
+    loader copied by ``cp.async`` (``_stage_tile``: those with keys outside
+    the window) are fenced; the others landed through TMA, in the MMAs' own
+    proxy. ``HALF_ROWS``: a tile of twice the rows of ``BLOCK_Q`` queries,
+    which fill the first half of ``_row_halves`` (the rows
+    ``16 w + 0 .. 7``); the softmax runs on that half alone (half the
+    exponentials). ``TAIL_N`` (not ``FP8_PV``): an item's last tile
     multiplied as a ``TAIL_N``-key tile where its keys fit (``_key_tile``).
-    ``PACKED_SOFTMAX`` (``FP8_SCORES``, the default loop, not ``FP8_PV``):
-    q scaled into [0.5, 1) (``_load_q``), S accumulated in float16 and the
-    softmax on float16 pairs (``_packed_weights``)."""
+    ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV``): q scaled into
+    [0.5, 1) (``_load_q``), S accumulated in float16 and the softmax on
+    float16 pairs (``_packed_weights``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     STATS: gl.constexpr = stats_ptr is not None
     started = _clock() if STATS else 0
     waited = _clock() * 0 if STATS else 0
-    # Cycles between key loops (the default loop): a pass's output stored,
-    # the next item's request data read, its q loaded; ``mark``: where the
-    # last key loop ended (the start, before the first).
+    # Cycles between key loops: a pass's output stored, the next item's
+    # request data read, its q loaded; ``mark``: where the last key loop
+    # ended (the start, before the first).
     between = waited
     mark = started
     q_factor, score_scale = _scales(qk_scale, k_scale_ptr, KV_FP8, F16_DOTS)
     it = 0
-    k = 0  # batches of MMAs issued (PINGPONG)
     num_items = num_reqs * NUM_KV_HEADS
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         _, kv_head, q_first, num_q, first, lo, hi, n_tiles = _item_range(
@@ -2166,60 +1819,41 @@ def _ws_mma_partition(
                 stride_q_h, q_factor, GROUP, F16_DOTS, MMA_WARPS, FP8_SCORES,
                 HALF_ROWS, PACKED_SOFTMAX,
             )  # fmt: skip
-            if SWAP_AB:
-                l_part, acc_t, it = _swapped_tiles(
-                    q_smem, k_smem, v_smem, p_smem, ready, empty, it, n_tiles,
-                    first, lo, hi, score_scale, NUM_BUF, FENCE_IN_MMA,
+            m_i, l_i, acc = _softmax_init(
+                BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16,
+                HALF_ROWS,
+            )  # fmt: skip
+            row_scale = _row_scales(
+                descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES, HALF_ROWS
+            )
+            if STATS:
+                between += _clock() - mark
+            for t in range(0, n_tiles):
+                buf = it % NUM_BUF
+                start = first + t * BLOCK_N
+                waited = _wait_tile(
+                    ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS,
+                    _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
                 )  # fmt: skip
-                _store_output_t(
-                    out_ptr, acc_t, l_part, v_scale_ptr, q_first, q_base, num_q,
-                    kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
+                v_buf = v_smem.index(buf)
+                if FP8_PV:
+                    v_buf = _view_as(
+                        v_buf, v_buf.dtype, [HEAD_DIM, BLOCK_N],
+                        _v_pages_layout(HEAD_DIM, BLOCK_N, 16),
+                    ).permute((1, 0))  # fmt: skip
+                m_i, l_i, acc = _key_tile(
+                    q_smem, k_smem.index(buf), v_buf, m_i, l_i, acc, start, lo,
+                    hi, row_scale, MMA_WARPS, 0 if FP8_PV else TAIL_N,
+                    HALF_ROWS, PACKED_SOFTMAX,
                 )  # fmt: skip
-            else:
-                m_i, l_i, acc = _softmax_init(
-                    BLOCK_M, BLOCK_N, HEAD_DIM, MMA_WARPS, 32 if FP8_PV else 16,
-                    HALF_ROWS,
-                )  # fmt: skip
-                row_scale = _row_scales(
-                    descale, score_scale, BLOCK_N, MMA_WARPS, FP8_SCORES, HALF_ROWS
-                )
-                if OVERLAP:
-                    m_i, l_i, acc, it, k = _overlapped_tiles(
-                        q_smem, k_smem, v_smem, ready, empty, turn, m_i, l_i,
-                        acc, it, k, n_tiles, first, lo, hi, row_scale,
-                        NUM_BUF, MMA_WARPS, FENCE_IN_MMA, ME, PINGPONG,
-                    )  # fmt: skip
-                else:
-                    if STATS:
-                        between += _clock() - mark
-                    for t in range(0, n_tiles):
-                        buf = it % NUM_BUF
-                        start = first + t * BLOCK_N
-                        waited = _wait_tile(
-                            ready, it, NUM_BUF, FENCE_IN_MMA, waited, STATS,
-                            _tile_copied(start, lo, hi, BLOCK_N, EDGE_FENCE),
-                        )  # fmt: skip
-                        v_buf = v_smem.index(buf)
-                        if FP8_PV == PV_PAGES:
-                            v_buf = _view_as(
-                                v_buf, v_buf.dtype, [HEAD_DIM, BLOCK_N],
-                                _v_pages_layout(HEAD_DIM, BLOCK_N, 16),
-                            ).permute((1, 0))  # fmt: skip
-                        elif FP8_PV:
-                            v_buf = v_buf.permute((1, 0))
-                        m_i, l_i, acc = _key_tile(
-                            q_smem, k_smem.index(buf), v_buf, m_i, l_i, acc,
-                            start, lo, hi, row_scale, MMA_WARPS,
-                            0 if FP8_PV else TAIL_N, HALF_ROWS, PACKED_SOFTMAX,
-                        )  # fmt: skip
-                        mbarrier.arrive(empty.index(buf), count=1)
-                        it += 1
-                    if STATS:
-                        mark = _clock()
-                _store_output(
-                    out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q,
-                    kv_head, stride_o_t, stride_o_h, GROUP, KV_FP8,
-                )  # fmt: skip
+                mbarrier.arrive(empty.index(buf), count=1)
+                it += 1
+            if STATS:
+                mark = _clock()
+            _store_output(
+                out_ptr, acc, l_i, v_scale_ptr, q_first, q_base, num_q, kv_head,
+                stride_o_t, stride_o_h, GROUP, KV_FP8,
+            )  # fmt: skip
     if STATS:
         _store_stats(stats_ptr, ME, waited, between, started, it)
 
@@ -2235,41 +1869,38 @@ def fixed_history_ws_kernel(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
     HAS_WINDOW: gl.constexpr, KV_FP8: gl.constexpr, F16_DOTS: gl.constexpr,
     NUM_BUF: gl.constexpr, NUM_RAW: gl.constexpr, WORKER_REGS: gl.constexpr,
-    OVERLAP: gl.constexpr, COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
-    SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, SWAP_AB: gl.constexpr,
-    FP8_SCORES: gl.constexpr, FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
+    COPIES_AHEAD: gl.constexpr, FENCE_IN_MMA: gl.constexpr,
+    SPLIT_MMA: gl.constexpr, MMA_REGS: gl.constexpr,
+    NARROW_CONVERT: gl.constexpr, TMA: gl.constexpr, FP8_SCORES: gl.constexpr,
+    FP8_PV: gl.constexpr, ISSUE_WARP: gl.constexpr,
     EDGE_FENCE: gl.constexpr, HALF_ROWS: gl.constexpr, EDGE_TMA: gl.constexpr,
     TAIL_N: gl.constexpr, PACKED_SOFTMAX: gl.constexpr, LOADER_FIRST: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The same computation as ``fixed_history_wgmma_kernel``, with the
-    loading (and for fp8 caches converting) in a separate warpgroup
-    (``gl.warp_specialize``) that stages ``NUM_RAW`` key tiles ahead and
-    fills up to ``NUM_BUF`` ring buffers ahead of the multiplying warps
-    (``num_warps``: 4 for 64-row tiles, 8 for 128, or 4 per partition with
-    ``SPLIT_MMA``). Caches in q's dtype are copied straight into the ring
-    (``TMA``: by the tensor memory accelerator through ``k_desc`` and
-    ``v_desc``, descriptors of the caches; else ``None``). ``SWAP_AB``
-    (one multiplying warpgroup, tiles of 8-32 rows): the MMAs transposed,
-    the keys as their rows (``_swapped_tiles``). ``stats_ptr``: ``None``,
-    or where the partitions record how long they waited at their barriers
-    (``_store_stats``; the multiplying partitions' default loop and the TMA
-    loaders). ``FP8_SCORES`` (TMA, an fp8 cache, ``F16_DOTS``): the K
-    tiles staged by TMA straight into the ring as e4m3 and ``S = Q K^T`` on
-    fp8 tensor cores with q rounded to e4m3 row by row; only V is converted
-    (``_ws_tma_fp8_partition``). ``FP8_PV`` (with ``FP8_SCORES``): ``P V``
-    on fp8 tensor cores as well, the loader transposing V's e4m3 tiles into
-    the ring instead of converting them (``PV_TRANSPOSING``), or copying
-    V's transposed pages into it (``PV_PAGES``, ``_tma_kv_pages``; no
-    staging slots for V then). ``HALF_ROWS`` (one multiplying
-    partition, the default loop): tiles of twice ``BLOCK_Q * GROUP`` rows,
+    """Fixed-history attention over the (request, KV head) items of a
+    persistent grid, with the loading (and for fp8 caches converting) in a
+    separate warpgroup (``gl.warp_specialize``) that stages ``NUM_RAW`` key
+    tiles ahead and fills up to ``NUM_BUF`` ring buffers ahead of the
+    multiplying warps (``num_warps``: 4 for 64-row tiles, 8 for 128, or 4
+    per partition with ``SPLIT_MMA``). Caches in q's dtype are copied
+    straight into the ring (``TMA``: by the tensor memory accelerator
+    through ``k_desc`` and ``v_desc``, descriptors of the caches; else
+    ``None``). ``stats_ptr``: ``None``, or where the partitions record how
+    long they waited at their barriers (``_store_stats``; the multiplying
+    partitions and the TMA loaders). ``FP8_SCORES`` (TMA, an fp8 cache,
+    ``F16_DOTS``): the K tiles staged by TMA straight into the ring as e4m3
+    and ``S = Q K^T`` on fp8 tensor cores with q rounded to e4m3 row by
+    row; only V is converted (``_ws_tma_fp8_partition``). ``FP8_PV`` (with
+    ``FP8_SCORES``): ``P V`` on fp8 tensor cores as well, over a cache
+    whose V pages are held transposed, copied by the loader straight into
+    the ring (``_tma_kv_pages``; no staging slots for V). ``HALF_ROWS``
+    (one multiplying partition): tiles of twice ``BLOCK_Q * GROUP`` rows,
     the queries in every other 8 of them (``_ws_mma_partition``).
-    ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV`` nor ``OVERLAP``): S
-    accumulated in float16 and the softmax on float16 pairs
-    (``_packed_weights``). ``LOADER_FIRST`` (``SPLIT_MMA``): the loading
-    warpgroup is the default partition (warps 0-3) and both multiplying
-    ones are workers of ``MMA_REGS`` registers."""
+    ``PACKED_SOFTMAX`` (``FP8_SCORES``, not ``FP8_PV``): S accumulated in
+    float16 and the softmax on float16 pairs (``_packed_weights``).
+    ``LOADER_FIRST`` (``SPLIT_MMA``): the loading warpgroup is the default
+    partition (warps 0-3) and both multiplying ones are workers of
+    ``MMA_REGS`` registers."""
     BLOCK_M: gl.constexpr = BLOCK_Q * GROUP * (2 if HALF_ROWS else 1)
     dtype: gl.constexpr = _mma_dtype(q_ptr.dtype.element_ty, F16_DOTS)
     kv_dtype: gl.constexpr = k_ptr.dtype.element_ty
@@ -2320,19 +1951,6 @@ def fixed_history_ws_kernel(
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=PARTS)
-    # PINGPONG: whose turn it is to issue MMAs (partition 0 first).
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    if PINGPONG:
-        for i in gl.static_range(2):
-            mbarrier.init(turn.index(i), count=1)
-        mbarrier.arrive(turn.index(0), count=1)
-    # SWAP_AB: the weights P^T of a key tile, the B operand of O^T += V^T P^T.
-    if SWAP_AB:
-        p_smem = gl.allocate_shared_memory(
-            dtype, [BLOCK_N, BLOCK_M], _tile_smem([BLOCK_N, BLOCK_M], dtype)
-        )
-    else:
-        p_smem = q_smem  # unused
     raw_ready = ready  # unused but with TMA and an fp8 cache
     if KV_FP8:
         # The tiles as loaded, before conversion (TMA: 128-byte-swizzled, as
@@ -2349,7 +1967,7 @@ def fixed_history_ws_kernel(
             k_raw = gl.allocate_shared_memory(
                 kv_dtype, [NUM_RAW, BLOCK_N, HEAD_DIM], raw_smem
             )
-        if FP8_PV == PV_PAGES:
+        if FP8_PV:
             v_raw = v_smem  # unused: V's pages copied straight into the ring
         else:
             v_raw = gl.allocate_shared_memory(
@@ -2397,28 +2015,26 @@ def fixed_history_ws_kernel(
                     (
                         _ws_mma_partition,
                         (
-                            q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                            q_smem.index(0), k_smem, v_smem, ready, empty,
                             q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                             k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                             stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                             NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                            MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, MMA_FENCE,
+                            BLOCK_Q, 0, 0, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,
                             EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                         ),
                     ),
                     (
                         _ws_mma_partition,
                         (
-                            q_smem.index(1), k_smem, v_smem, ready, empty, turn,
+                            q_smem.index(1), k_smem, v_smem, ready, empty,
                             q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                             k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                             stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                             NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                            MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, MMA_FENCE,
+                            BLOCK_Q, PART_Q, 1, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,
                             EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                         ),
                     ),
@@ -2432,28 +2048,26 @@ def fixed_history_ws_kernel(
                     (
                         _ws_mma_partition,
                         (
-                            q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                            q_smem.index(0), k_smem, v_smem, ready, empty,
                             q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                             k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                             stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                             NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                            MMA_FENCE, BLOCK_Q, 0, 0, PINGPONG, ALIGN, False,
-                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, MMA_FENCE,
+                            BLOCK_Q, 0, 0, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,
                             EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                         ),
                     ),
                     (
                         _ws_mma_partition,
                         (
-                            q_smem.index(1), k_smem, v_smem, ready, empty, turn,
+                            q_smem.index(1), k_smem, v_smem, ready, empty,
                             q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                             k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                             stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                             NUM_KV_HEADS, GROUP, PART_Q, BLOCK_N, HEAD_DIM,
-                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, OVERLAP,
-                            MMA_FENCE, BLOCK_Q, PART_Q, 1, PINGPONG, ALIGN, False,
-                            q_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                            HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, 4, MMA_FENCE,
+                            BLOCK_Q, PART_Q, 1, ALIGN, stats_ptr, FP8_SCORES, FP8_PV,
                             EDGE_FENCE, False, TAIL_N, PACKED_SOFTMAX,
                         ),
                     ),
@@ -2481,14 +2095,14 @@ def fixed_history_ws_kernel(
                 (
                     _ws_mma_partition,
                     (
-                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                        q_smem.index(0), k_smem, v_smem, ready, empty,
                         q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                         k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
-                        OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        MMA_FENCE, BLOCK_Q, 0, 0, ALIGN, stats_ptr, FP8_SCORES,
+                        FP8_PV,
                         EDGE_FENCE, HALF_ROWS, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
@@ -2524,14 +2138,14 @@ def fixed_history_ws_kernel(
                 (
                     _ws_mma_partition,
                     (
-                        q_smem.index(0), k_smem, v_smem, ready, empty, turn,
+                        q_smem.index(0), k_smem, v_smem, ready, empty,
                         q_ptr, out_ptr, context_lens_ptr, query_start_loc_ptr,
                         k_scale_ptr, v_scale_ptr, qk_scale, window, num_reqs,
                         stride_q_t, stride_q_h, stride_o_t, stride_o_h,
                         NUM_KV_HEADS, GROUP, BLOCK_Q, BLOCK_N, HEAD_DIM,
                         HAS_WINDOW, KV_FP8, F16_DOTS, NUM_BUF, num_warps,
-                        OVERLAP, MMA_FENCE, BLOCK_Q, 0, 0, False, ALIGN,
-                        SWAP_AB, p_smem, stats_ptr, FP8_SCORES, FP8_PV,
+                        MMA_FENCE, BLOCK_Q, 0, 0, ALIGN, stats_ptr, FP8_SCORES,
+                        FP8_PV,
                         EDGE_FENCE, HALF_ROWS, TAIL_N, PACKED_SOFTMAX,
                     ),
                 ),
@@ -2562,39 +2176,34 @@ MMA_PART_REGS = 168
 NARROW_TAIL_KEYS = 16
 
 
-def copies_ahead(ring: int, overlap: bool) -> int:
+def copies_ahead(ring: int) -> int:
     """How many newer copies the direct-copy loader (a cache in q's dtype)
-    keeps in flight when it signals a tile: ``ring - 1``, one less with the
-    overlapped softmax, where the multiplying warps hold a tile while they
-    wait for the next one, so that its buffer cannot be refilled yet."""
-    return ring - 1 - int(overlap)
+    keeps in flight when it signals a tile: ``ring - 1``. With one more,
+    the loader would wait for a buffer that only a tile it has not yet
+    signalled can free."""
+    return ring - 1
 
 
 def pipeline_constants(
-    *, ring, raw_slots, worker_regs, overlap, fence_in_mma=False, split_mma=False,
-    mma_regs=MMA_PART_REGS, pingpong=False, narrow_convert=False, tma=False,
-    swap_ab=False, fp8_scores=False, fp8_pv=False, issue_warp=False,
-    edge_fence=False, half_rows=False, edge_tma=False, narrow_tail=False,
-    packed_softmax=False, v_pages=False, loader_first=False,
+    *, ring, raw_slots, worker_regs, fence_in_mma=False, split_mma=False,
+    mma_regs=MMA_PART_REGS, narrow_convert=False, tma=False, fp8_scores=False,
+    issue_warp=False, edge_fence=False, half_rows=False, edge_tma=False,
+    narrow_tail=False, packed_softmax=False, v_pages=False, loader_first=False,
 ):  # fmt: skip
     """The warp-specialized kernel's pipeline constants (shared by the launch
     and the ahead-of-time compile in the tests)."""
-    pv = PV_PAGES if v_pages else PV_TRANSPOSING if fp8_pv else 0
     return dict(
         NUM_BUF=ring,
         NUM_RAW=raw_slots,
         WORKER_REGS=worker_regs,
-        OVERLAP=overlap,
-        COPIES_AHEAD=copies_ahead(ring, overlap),
+        COPIES_AHEAD=copies_ahead(ring),
         FENCE_IN_MMA=fence_in_mma,
         SPLIT_MMA=split_mma,
         MMA_REGS=mma_regs,
-        PINGPONG=pingpong,
         NARROW_CONVERT=narrow_convert,
         TMA=tma,
-        SWAP_AB=swap_ab,
         FP8_SCORES=fp8_scores,
-        FP8_PV=getattr(pv, "value", pv),
+        FP8_PV=v_pages,
         ISSUE_WARP=issue_warp,
         EDGE_FENCE=edge_fence,
         HALF_ROWS=half_rows,
@@ -2704,7 +2313,6 @@ def fixed_history_attention_wgmma(
     k_scale=None,
     v_scale=None,
     *,
-    warp_specialized=False,
     programs_per_sm=None,
     worker_regs=112,
     maxnreg=None,
@@ -2713,16 +2321,12 @@ def fixed_history_attention_wgmma(
     raw_slots=2,
     ring=2,
     rows=64,
-    overlap=False,
     fence_in_mma=False,
     split_mma=False,
     mma_regs=MMA_PART_REGS,
-    pingpong=False,
     narrow_convert=False,
     tma=False,
-    swap_ab=False,
     fp8_scores=False,
-    fp8_pv=False,
     issue_warp=False,
     edge_fence=False,
     half_rows=False,
@@ -2733,28 +2337,24 @@ def fixed_history_attention_wgmma(
     loader_first=False,
     wait_stats=None,
 ):
-    """One of the Gluon kernels on a Hopper GPU, for tiles of ``rows`` rows
-    (64; 128 for the warp-specialized kernel, with 8 multiplying warps;
-    ``nH / nKV`` must divide it). fp8 scales must be float32 device
-    tensors. Only the checks below (experimental; ``fixed_history_attention``
+    """``fixed_history_ws_kernel`` on a Hopper GPU, for tiles of ``rows``
+    rows (64, or 128 with two multiplying warpgroups; ``nH / nKV`` must
+    divide it) and the pipeline the options below describe (the launch's:
+    ``gluon_options`` of the launch module). fp8 scales must be float32
+    device tensors. Only the checks below (``fixed_history_attention``
     checks its inputs fully).
 
-    ``warp_specialized``: ``fixed_history_ws_kernel`` (a loading and a
-    multiplying warpgroup per program; ``worker_regs`` registers per thread
-    for the loading one and ``maxnreg`` for the program at launch) instead of
-    ``fixed_history_wgmma_kernel``. ``programs_per_sm``: the persistent
-    grid's programs per SM (default 2 for 64 rows, 1 for 128; the grid is
-    never larger than the number of (request, KV head) items); ``maxnreg``
-    defaults to 128 registers per thread with 2 programs per SM, else
-    168. ``f16_dots`` (fp8 caches): float16
+    ``programs_per_sm``: the persistent grid's programs per SM (default 2
+    for 64 rows, 1 for 128; the grid is never larger than the number of
+    (request, KV head) items). ``worker_regs``: registers per thread of the
+    loading warpgroup; ``maxnreg``: of the program at launch (default 128
+    with 2 programs per SM, else 168). ``f16_dots`` (fp8 caches): float16
     MMAs, with q times the softmax scale rounded to float16 and the K/V
     tiles converted to float16 only (the Triton kernel's
-    ``LaunchPlan.fp8_f16_dot``). The warp-specialized kernel's pipeline:
-    ``block_n`` keys per tile, ``raw_slots`` tiles staged ahead as loaded,
-    ``ring`` converted tiles ahead of the MMAs (shared memory per program:
-    q, ``ring`` converted and ``raw_slots`` loaded K/V tiles). ``overlap``:
-    the softmax of each key tile computed while the previous tile's ``P V``
-    runs (it holds two ring buffers: give it a ``ring`` of 3 or more).
+    ``LaunchPlan.fp8_f16_dot``). ``block_n`` keys per tile, ``raw_slots``
+    tiles staged ahead as loaded, ``ring`` converted tiles ahead of the
+    MMAs (shared memory per program: q, ``ring`` converted and
+    ``raw_slots`` loaded K/V tiles).
     ``fence_in_mma``: the multiplying warps fence each tile after waiting
     for it, instead of the loader before signalling it (a fence waits for
     the thread's outstanding loads, the loader's block-table reads and
@@ -2764,161 +2364,128 @@ def fixed_history_attention_wgmma(
     partitions of 64 rows each (``mma_regs`` registers per thread for the
     second), each releasing every ring buffer itself, instead of one of 8
     warps, whose releases synchronize both warpgroups at every tile.
-    ``pingpong`` (with ``split_mma`` and ``overlap``): the two partitions
-    issue their MMAs in turn, one's softmax beside the other's MMAs.
     ``narrow_convert`` (fp8 caches): the loader converts 8 values per thread
     at a time, so that its stores into the ring run without bank conflicts.
-    ``tma`` (warp-specialized, pages that divide ``block_n``; a cache in q's
-    dtype with a head dim a multiple of 64, or an fp8 cache with one a
-    multiple of 128): whole pages copied by the tensor memory accelerator,
-    128 bytes of the head dim per copy, straight into the ring
-    (``_ws_tma_partition``) or into the fp8 staging slots
-    (``_ws_tma_fp8_partition``). ``swap_ab`` (warp-specialized, ``rows``
-    8, 16 or 32, one multiplying warpgroup, not ``overlap``): the MMAs
-    transposed, the keys as their 64 rows and the tile's query rows as
-    their columns, so that tiles of fewer than 64 rows need no padding
-    rows (``_swapped_tiles``). ``fp8_scores`` (``tma`` with an fp8 cache,
-    ``f16_dots``, not ``swap_ab``; changes the numerics): ``S = Q K^T`` on
-    fp8 tensor cores, each row of q scaled by a power of two into e4m3's
-    range (its largest magnitude into [128, 256)) and rounded to e4m3, the
-    softmax scale applied to the scores, the K tiles staged by TMA straight
-    into the ring, only V converted to float16 by the loader (shared memory
-    per program: q in e4m3, ``ring`` e4m3 K and float16 V tiles, and
-    ``raw_slots`` staged V tiles). ``fp8_pv`` (``fp8_scores``, not
-    ``overlap``, 64- or 128-key tiles; changes the numerics further):
-    ``O += P V`` on fp8 tensor cores as well, the softmax weights times
-    2^8 rounded to e4m3 and V's e4m3 tiles transposed into the ring by the
-    loader instead of converted (e4m3 V tiles in the ring: half the shared
-    memory). ``edge_fence``
+    ``tma`` (pages that divide ``block_n``; a cache in q's dtype with a head
+    dim a multiple of 64, or an fp8 cache with one a multiple of 128):
+    whole pages copied by the tensor memory accelerator, 128 bytes of the
+    head dim per copy, straight into the ring (``_ws_tma_partition``) or
+    into the fp8 staging slots (``_ws_tma_fp8_partition``).
+    ``fp8_scores`` (``tma`` with an fp8 cache, ``f16_dots``; changes the
+    numerics): ``S = Q K^T`` on fp8 tensor cores, each row of q scaled by a
+    power of two into e4m3's range (its largest magnitude into [128, 256))
+    and rounded to e4m3, the softmax scale applied to the scores, the K
+    tiles staged by TMA straight into the ring, only V converted to float16
+    by the loader (shared memory per program: q in e4m3, ``ring`` e4m3 K
+    and float16 V tiles, and ``raw_slots`` staged V tiles). ``edge_fence``
     (``tma``): the multiplying warps fence only the tiles copied by
     ``cp.async`` (those with keys outside the window), not every tile.
-    ``half_rows`` (warp-specialized, 64 rows, one multiplying partition, not
-    ``swap_ab`` nor ``fp8_pv``; query heads per KV head that divide 32): a
-    tile of 64 rows holds 32 of queries (``rows // group // 2`` of them per
-    pass), in the rows ``16 w + 0 .. 7`` of each warp's 16, and the softmax
-    runs on those alone. ``edge_tma`` (``tma`` with an fp8 cache, not
-    ``fp8_pv``): the tiles holding keys outside the window are copied by
-    TMA too, whole pages (those past the request's last as page 0), and
-    the loader zeroes V's keys outside the window as it converts them (K's
-    scores there are masked), instead of copying such a tile by
-    ``cp.async`` with those keys zero-filled.
-    ``narrow_tail`` (``fp8_scores``, not ``overlap`` nor ``fp8_pv``,
+    ``half_rows`` (64 rows, one multiplying partition, not ``v_pages``;
+    query heads per KV head that divide 32): a tile of 64 rows holds 32 of
+    queries (``rows // group // 2`` of them per pass), in the rows
+    ``16 w + 0 .. 7`` of each warp's 16, and the softmax runs on those
+    alone. ``edge_tma`` (``tma`` with an fp8 cache, not ``v_pages``): the
+    tiles holding keys outside the window are copied by TMA too, whole
+    pages (those past the request's last as page 0), and the loader zeroes
+    V's keys outside the window as it converts them (K's scores there are
+    masked), instead of copying such a tile by ``cp.async`` with those keys
+    zero-filled. ``narrow_tail`` (``fp8_scores``, not ``v_pages``,
     ``block_n`` above 16): an item's last key tile, where its keys lie
     within the tile's first 16 (the 8 or 16 draft keys past a window of
     whole tiles, say), multiplied as a 16-key tile, and with the issuing
     warp (``issue_warp``) converted as one too. ``packed_softmax``
-    (``fp8_scores``, not ``overlap`` nor ``fp8_pv``; changes the numerics
-    further): each row of q scaled into [0.5, 1) instead, ``S = Q K^T``
-    accumulated in float16 (no sum can overflow: at most 128 x 448 at
-    D = 128) and the softmax computed on float16 pairs, two values per
-    instruction (the exponents ``s * scale - m`` rounded to float16,
-    ``ex2.approx.f16x2``, the tile's row sums in float16 down to 8
-    columns); the running maxima, sums and the output stay float32.
-    ``v_pages`` (``fp8_pv``, pages of 16 keys, head dim 128): ``v_cache``
-    holds each page's V transposed (the writer's ``v_pages_transposed``
-    layout: ``v_cache[block, d // 8, head, 16 * (d % 8) + position]``, the
-    keys of a page at the positions of ``_fp8_key_order``), which is the
-    8-bit ``P V``'s operand as it is: the loader copies the pages by TMA
-    byte for byte straight into the ring, no staging and no transposing
-    (the tiles with keys outside the window through its registers, those
-    keys' bytes zeroed). ``loader_first`` (``split_mma``): the loading
-    warpgroup runs as the default partition (warps 0-3, with the registers
-    that the two multiplying ones, ``mma_regs`` each, leave it;
-    ``worker_regs`` is then unused) instead of the first multiplying one.
-    ``wait_stats``
-    (warp-specialized; a measurement): an int64 tensor of at least
+    (``fp8_scores``, not ``v_pages``; changes the numerics further): each
+    row of q scaled into [0.5, 1) instead, ``S = Q K^T`` accumulated in
+    float16 (no sum can overflow: at most 128 x 448 at D = 128) and the
+    softmax computed on float16 pairs, two values per instruction (the
+    exponents ``s * scale - m`` rounded to float16, ``ex2.approx.f16x2``,
+    the tile's row sums in float16 down to 8 columns); the running maxima,
+    sums and the output stay float32.
+    ``v_pages`` (``fp8_scores``, pages of 16 keys, head dim 128, 64- or
+    128-key tiles; changes the numerics further): ``v_cache`` holds each
+    page's V transposed (the writer's ``v_pages_transposed`` layout:
+    ``v_cache[block, d // 8, head, 16 * (d % 8) + position]``, the keys of
+    a page at the positions of ``_fp8_key_order``), and ``O += P V`` runs
+    on fp8 tensor cores with the softmax weights times 2^8 rounded to e4m3:
+    the cache's pages are that MMA's operand as they are, so the loader
+    copies them by TMA byte for byte straight into the ring, no staging and
+    no conversion (the tiles with keys outside the window through its
+    registers, those keys' bytes zeroed). ``loader_first`` (``split_mma``):
+    the loading warpgroup runs as the default partition (warps 0-3, with
+    the registers that the two multiplying ones, ``mma_regs`` each, leave
+    it; ``worker_regs`` is then unused) instead of the first multiplying
+    one.
+    ``wait_stats`` (a measurement): an int64 tensor of at least
     ``programs x 3 x 4`` values that each program's partitions fill (rows
-    0-1 multiplying, 2 loading):
-    cycles waited at their barriers (multiplying: for tiles, in the loop
-    without ``overlap``/``swap_ab``, then the cycles spent between its key
-    loops, from each loop's end to the next one's start; TMA loaders: for
-    landed staged tiles, then for free ring buffers), cycles from start to
-    end, tiles."""
+    0-1 multiplying, 2 loading): cycles waited at their barriers
+    (multiplying: for tiles, then the cycles spent between its key loops,
+    from each loop's end to the next one's start; TMA loaders: for landed
+    staged tiles, then for free ring buffers), cycles from start to end,
+    tiles."""
     num_reqs = context_lens.shape[0]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    if swap_ab:
-        if rows not in (8, 16, 32) or not warp_specialized or overlap:
-            raise ValueError(
-                "swap_ab needs warp_specialized=True, rows of 8, 16 or 32 and "
-                f"overlap=False (got rows={rows})"
-            )
-    elif rows not in (64, 128) or (rows == 128 and not warp_specialized):
-        raise ValueError(f"rows must be 64 (or 128, warp-specialized), got {rows}")
+    fp8_cache = k_cache.dtype == torch.float8_e4m3fn
+    if rows not in (64, 128):
+        raise ValueError(f"rows must be 64 or 128, got {rows}")
     if rows % group:
         raise ValueError(f"the query heads per KV head ({group}) must divide {rows}")
-    if split_mma and (rows != 128 or not warp_specialized):
-        raise ValueError("split_mma needs rows=128 and warp_specialized=True")
+    if split_mma and rows != 128:
+        raise ValueError("split_mma needs rows=128")
     if loader_first and not split_mma:
         raise ValueError("loader_first needs split_mma=True")
-    if pingpong and not (split_mma and overlap):
-        raise ValueError("pingpong needs split_mma=True and overlap=True")
     if tma and (
-        not warp_specialized
-        or k_cache.dtype not in (q.dtype, torch.float8_e4m3fn)
+        k_cache.dtype not in (q.dtype, torch.float8_e4m3fn)
         or q.shape[2] % (128 // k_cache.element_size())
         or block_n % k_cache.shape[1]
     ):
         raise ValueError(
-            "tma needs warp_specialized=True, a cache in q's dtype (head dim a "
-            "multiple of 64) or in fp8 (head dim a multiple of 128) and pages "
-            "that divide block_n"
+            "tma needs a cache in q's dtype (head dim a multiple of 64) or in "
+            "fp8 (head dim a multiple of 128) and pages that divide block_n"
         )
-    if fp8_scores and not (
-        tma and f16_dots and k_cache.dtype == torch.float8_e4m3fn and not swap_ab
-    ):
+    if fp8_scores and not (tma and f16_dots and fp8_cache):
+        raise ValueError("fp8_scores needs an fp8 cache, tma=True and f16_dots=True")
+    if issue_warp and not (fp8_scores and not v_pages and not split_mma):
         raise ValueError(
-            "fp8_scores needs an fp8 cache, tma=True, f16_dots=True and swap_ab=False"
-        )
-    if fp8_pv and not (fp8_scores and not overlap and block_n in (64, 128)):
-        raise ValueError(
-            "fp8_pv needs fp8_scores=True, overlap=False and block_n 64 or 128"
-        )
-    if issue_warp and not (fp8_scores and not fp8_pv and not split_mma):
-        raise ValueError(
-            "issue_warp needs fp8_scores=True, fp8_pv=False and split_mma=False"
+            "issue_warp needs fp8_scores=True, v_pages=False and split_mma=False"
         )
     if edge_fence and not tma:
         raise ValueError("edge_fence needs tma=True")
     if half_rows and not (
-        warp_specialized
-        and rows == 64
-        and not (swap_ab or split_mma or fp8_pv)
-        and (rows // 2) % group == 0
+        rows == 64 and not (split_mma or v_pages) and (rows // 2) % group == 0
     ):
         raise ValueError(
-            "half_rows needs warp_specialized=True, rows=64, swap_ab, split_mma "
-            f"and fp8_pv False and query heads per KV head that divide 32 (got "
-            f"rows={rows}, {group} per KV head)"
+            "half_rows needs rows=64, split_mma and v_pages False and query "
+            f"heads per KV head that divide 32 (got rows={rows}, {group} per "
+            "KV head)"
         )
-    if edge_tma and not (tma and k_cache.dtype == torch.float8_e4m3fn and not fp8_pv):
-        raise ValueError("edge_tma needs tma=True, an fp8 cache and fp8_pv=False")
-    if narrow_tail and not (
-        fp8_scores and not (overlap or fp8_pv) and block_n > NARROW_TAIL_KEYS
-    ):
+    if edge_tma and not (tma and fp8_cache and not v_pages):
+        raise ValueError("edge_tma needs tma=True, an fp8 cache and v_pages=False")
+    if narrow_tail and not (fp8_scores and not v_pages and block_n > NARROW_TAIL_KEYS):
         raise ValueError(
-            "narrow_tail needs fp8_scores=True, overlap and fp8_pv False and "
-            f"block_n above {NARROW_TAIL_KEYS} (got block_n={block_n})"
+            "narrow_tail needs fp8_scores=True, v_pages=False and block_n above "
+            f"{NARROW_TAIL_KEYS} (got block_n={block_n})"
         )
-    if packed_softmax and not (fp8_scores and not (overlap or fp8_pv)):
-        raise ValueError(
-            "packed_softmax needs fp8_scores=True, overlap=False and fp8_pv=False"
-        )
+    if packed_softmax and not (fp8_scores and not v_pages):
+        raise ValueError("packed_softmax needs fp8_scores=True and v_pages=False")
     if v_pages and not (
-        fp8_pv and k_cache.shape[1] == 16 and q.shape[2] == 128 and not edge_tma
+        fp8_scores
+        and block_n in (64, 128)
+        and k_cache.shape[1] == 16
+        and q.shape[2] == 128
     ):
         raise ValueError(
-            "v_pages needs fp8_pv=True, edge_tma=False, pages of 16 keys and "
-            f"head dim 128 (got pages of {k_cache.shape[1]}, head dim "
-            f"{q.shape[2]})"
+            "v_pages needs fp8_scores=True, block_n 64 or 128, pages of 16 keys "
+            f"and head dim 128 (got block_n={block_n}, pages of "
+            f"{k_cache.shape[1]}, head dim {q.shape[2]})"
         )
-    if tma and fence_in_mma and k_cache.dtype == torch.float8_e4m3fn:
+    if tma and fence_in_mma and fp8_cache:
         raise ValueError(
             "tma with an fp8 cache fences in the loader; fence_in_mma does not apply"
         )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")
-    if k_cache.dtype == torch.float8_e4m3fn and not (
+    if fp8_cache and not (
         isinstance(k_scale, torch.Tensor) and isinstance(v_scale, torch.Tensor)
     ):
         raise TypeError("an fp8 cache needs k_scale and v_scale as device tensors")
@@ -2937,7 +2504,7 @@ def fixed_history_attention_wgmma(
         k_scale,
         v_scale,
         block_q=rows // group // (2 if half_rows else 1),
-        block_n=block_n if warp_specialized else 64,
+        block_n=block_n,
         f16_dots=f16_dots,
     )
     per_sm = (2 if rows == 64 else 1) if programs_per_sm is None else programs_per_sm
@@ -2945,58 +2512,44 @@ def fixed_history_attention_wgmma(
     if maxnreg is None:
         maxnreg = 128 if per_sm >= 2 else 168
     if wait_stats is not None and (
-        not warp_specialized
-        or wait_stats.dtype != torch.int64
-        or wait_stats.numel() < grid[0] * 12
+        wait_stats.dtype != torch.int64 or wait_stats.numel() < grid[0] * 12
     ):
         raise ValueError(
-            f"wait_stats needs warp_specialized=True and an int64 tensor of at "
-            f"least {grid[0]} x 3 x 4 values"
+            f"wait_stats needs an int64 tensor of at least {grid[0]} x 3 x 4 values"
         )
-    if warp_specialized:
-        descs = (
-            (_tma_descriptor(k_cache), _tma_descriptor(v_cache, v_pages))
-            if tma
-            else (None, None)
-        )
-        fixed_history_ws_kernel[grid](
-            *args,
-            *descs,
-            wait_stats,
-            **constants,
-            **pipeline_constants(
-                ring=ring,
-                raw_slots=raw_slots,
-                worker_regs=worker_regs,
-                overlap=overlap,
-                fence_in_mma=fence_in_mma,
-                split_mma=split_mma,
-                mma_regs=mma_regs,
-                pingpong=pingpong,
-                narrow_convert=narrow_convert,
-                tma=tma,
-                swap_ab=swap_ab,
-                fp8_scores=fp8_scores,
-                fp8_pv=fp8_pv,
-                issue_warp=issue_warp,
-                edge_fence=edge_fence,
-                half_rows=half_rows,
-                edge_tma=edge_tma,
-                narrow_tail=narrow_tail,
-                packed_softmax=packed_softmax,
-                v_pages=v_pages,
-                loader_first=loader_first,
-            ),
-            num_warps=4 if split_mma or swap_ab else rows // 16,
-            maxnreg=maxnreg,
-        )
-    else:
-        fixed_history_wgmma_kernel[grid](*args, **constants, num_warps=4)
+    descs = (
+        (_tma_descriptor(k_cache), _tma_descriptor(v_cache, v_pages))
+        if tma
+        else (None, None)
+    )
+    fixed_history_ws_kernel[grid](
+        *args,
+        *descs,
+        wait_stats,
+        **constants,
+        **pipeline_constants(
+            ring=ring,
+            raw_slots=raw_slots,
+            worker_regs=worker_regs,
+            fence_in_mma=fence_in_mma,
+            split_mma=split_mma,
+            mma_regs=mma_regs,
+            narrow_convert=narrow_convert,
+            tma=tma,
+            fp8_scores=fp8_scores,
+            issue_warp=issue_warp,
+            edge_fence=edge_fence,
+            half_rows=half_rows,
+            edge_tma=edge_tma,
+            narrow_tail=narrow_tail,
+            packed_softmax=packed_softmax,
+            v_pages=v_pages,
+            loader_first=loader_first,
+        ),
+        num_warps=4 if split_mma else rows // 16,
+        maxnreg=maxnreg,
+    )
     return out
 
 
-__all__ = [
-    "fixed_history_attention_wgmma",
-    "fixed_history_wgmma_kernel",
-    "fixed_history_ws_kernel",
-]
+__all__ = ["fixed_history_attention_wgmma", "fixed_history_ws_kernel"]

@@ -251,7 +251,7 @@ def _gluon_pipeline(
         for name in ("half_rows", "issue_warp", "edge_tma", "narrow_tail"):
             options.pop(name, None)
         options.pop("packed_softmax", None)
-        options.update(fp8_pv=True, v_pages=True, ring=4)
+        options.update(v_pages=True, ring=4)
         if options.get("block_n") == 128:
             # 128-key tiles: the second multiplying partition at 192
             # registers and the loader at 120 (the first keeps 192): fp8
@@ -804,7 +804,7 @@ def gluon_options(
     )
     if kv.v_pages and not pipeline.get("v_pages"):
         return None
-    return dict(warp_specialized=True, f16_dots=plan.fp8_f16_dot, rows=rows, **pipeline)
+    return dict(f16_dots=plan.fp8_f16_dot, rows=rows, **pipeline)
 
 
 def launch_kernel(
