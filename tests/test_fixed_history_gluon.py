@@ -54,31 +54,19 @@ def _compile(
     group,
     head_dim,
     maxnreg=None,
-    worker_regs=112,
     f16=False,
     block_n=64,
-    raw_slots=2,
-    ring=2,
     rows=64,
-    fence_in_mma=False,
-    split_mma=False,
-    narrow_convert=False,
-    tma=False,
     wait_stats=False,
-    fp8_scores=False,
-    issue_warp=False,
-    edge_fence=False,
-    half_rows=False,
-    edge_tma=False,
-    narrow_tail=False,
-    packed_softmax=False,
-    mma_regs=None,
-    v_pages=False,
-    loader_first=False,
+    ring=2,
+    raw_slots=2,
+    worker_regs=112,
+    **pipeline,
 ):
     """``fixed_history_ws_kernel`` compiled ahead of time for sm_90 (no GPU
-    needed) with the launch's argument types and these pipeline options,
-    inspected (``fixed_history_codegen._inspect``)."""
+    needed) with the launch's argument types and these pipeline options
+    (``pipeline``: those of ``pipeline_constants``), inspected
+    (``fixed_history_codegen._inspect``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -107,6 +95,7 @@ def _compile(
     # 16-key pages), else None.
     cache_dtype = torch.float8_e4m3fn if kv_dtype == "fp8e4nv" else torch.bfloat16
     cache = torch.empty(4, 16, 8, head_dim, dtype=cache_dtype)
+    tma, v_pages = pipeline.get("tma", False), pipeline.get("v_pages", False)
     desc = mangle_type(gluon_ops._tma_descriptor(cache)) if tma else "constexpr"
     v_desc = mangle_type(gluon_ops._tma_descriptor(cache, True)) if v_pages else desc
     signature.update(k_desc=desc, v_desc=v_desc)
@@ -119,34 +108,18 @@ def _compile(
     constants.update(
         NUM_KV_HEADS=8,
         GROUP=group,
-        BLOCK_Q=rows // group // (2 if half_rows else 1),
+        BLOCK_Q=rows // group // (2 if pipeline.get("half_rows") else 1),
         BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         PAGE_SIZE=16,
         HAS_WINDOW=True,
         KV_FP8=kv_dtype == "fp8e4nv",
         F16_DOTS=f16,
-        num_warps=4 if split_mma else rows // 16,
+        num_warps=4 if pipeline.get("split_mma") else rows // 16,
     )
     constants.update(
         gluon_ops.pipeline_constants(
-            ring=ring,
-            raw_slots=raw_slots,
-            worker_regs=worker_regs,
-            fence_in_mma=fence_in_mma,
-            split_mma=split_mma,
-            narrow_convert=narrow_convert,
-            tma=tma,
-            fp8_scores=fp8_scores,
-            issue_warp=issue_warp,
-            edge_fence=edge_fence,
-            half_rows=half_rows,
-            edge_tma=edge_tma,
-            narrow_tail=narrow_tail,
-            packed_softmax=packed_softmax,
-            v_pages=v_pages,
-            loader_first=loader_first,
-            **({} if mma_regs is None else {"mma_regs": mma_regs}),
+            ring=ring, raw_slots=raw_slots, worker_regs=worker_regs, **pipeline
         )
     )
     signature.update({name: "constexpr" for name in constants})
