@@ -972,9 +972,9 @@ def _ws_copy_partition(
     """The loading warpgroup for caches in q's dtype (nothing to convert):
     every key tile copied with ``cp.async`` straight into ring buffer
     ``it % NUM_BUF`` once that buffer is free, and signalled once ``AHEAD``
-    newer copies are in flight (the last ones at the end). ``AHEAD`` is
-    ``NUM_BUF - 1``, or ``NUM_BUF - 2`` where the multiplying warps hold two
-    buffers while they wait for the next (else neither side could go on).
+    newer copies are in flight (the last ones at the end); ``AHEAD`` is
+    ``copies_ahead(NUM_BUF)``, ``NUM_BUF - 1`` (with more, neither side
+    could go on).
     ``FENCE_IN_MMA``: instead, each thread's copies of a tile arrive on its
     ``ready`` barrier when they land (``cp.async.mbarrier.arrive``), so the
     loader never waits for memory nor fences (the multiplying warps fence
