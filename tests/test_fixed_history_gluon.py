@@ -1279,13 +1279,13 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     )
     torch.cuda.synchronize()
     fp8_scores = _KERNELS[kernel].get("fp8_scores", False)
-    fp8_pv = _KERNELS[kernel].get("v_pages", False)  # 8-bit P V
+    v_pages = _KERNELS[kernel].get("v_pages", False)  # 8-bit P V
     packed = _KERNELS[kernel].get("packed_softmax", False)
     q_ref = _e4m3_pow2_rows(q, 0 if packed else 8) if fp8_scores else q
     ref = _reference_f64(q_ref, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
     rows = sum(case.q_lens)
     what = f"seed={seed} {name} fp8={fp8} poison={poison} {options} {kernel}"
-    if fp8_pv:
+    if v_pages:
         ref_abs_v = _reference_f64(
             q_ref, k, v_ref.double().abs(), bt, ctx, qsl, case.window, scale, fp8
         )
@@ -1293,7 +1293,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
     else:
         _assert_close(out, ref, torch.bfloat16, rows, what)
     assert torch.isnan(out[rows:]).all(), f"{what}: padding rows written"
-    if fp8_scores and not fp8_pv:
+    if fp8_scores and not v_pages:
         # (With 8-bit P V the weights' rounding hides q's; fp8_scores alone
         # shows it.)
         exact = _reference_f64(q, k, v_ref, bt, ctx, qsl, case.window, scale, fp8)
