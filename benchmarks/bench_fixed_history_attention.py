@@ -717,27 +717,26 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
     )
 
     W = shape[3]
-    ws = {}
     big = dict(programs_per_sm=1, maxnreg=168, worker_regs=152)
     variants = [
-        ("warp-specialized, 64-key tiles, 2 staged, 2/SM", ws),
+        ("warp-specialized, 64-key tiles, 2 staged, 2/SM", {}),
         (
             "warp-specialized, 32-key tiles, 6 staged, 2/SM",
-            dict(ws, block_n=32, raw_slots=6),
+            dict(block_n=32, raw_slots=6),
         ),
     ]
     wide = shape[2] * shape[4] // shape[5] >= 128  # 128 rows without padding
     if wide:
         variants += [
-            ("warp-specialized, 128-row tiles, 1/SM", dict(ws, rows=128)),
+            ("warp-specialized, 128-row tiles, 1/SM", dict(rows=128)),
             (
                 "warp-specialized, 128-row tiles, ring 4, 4 staged, 1/SM",
-                dict(ws, rows=128, ring=4, raw_slots=4),
+                dict(rows=128, ring=4, raw_slots=4),
             ),
         ]
     # The multiplying warps fence each tile instead of the loader (the
     # direct-copy loader's copies then signal their tiles as they land).
-    moved = dict(ws, fence_in_mma=True)
+    moved = dict(fence_in_mma=True)
     variants += [
         ("warp-specialized, fence in the MMA warps, 2/SM", moved),
         (
@@ -760,7 +759,7 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             # buffers itself (no barrier of both warpgroups per tile).
             (
                 "warp-specialized, 128-row tiles, split MMA, 1/SM",
-                dict(ws, rows=128, split_mma=True),
+                dict(rows=128, split_mma=True),
             ),
             (
                 "warp-specialized, 128-row tiles, split MMA, fence in the MMA "
@@ -769,13 +768,13 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             ),
         ]
     if not scales:  # whole pages copied by TMA (caches in q's dtype only)
-        variants.append(("warp-specialized, TMA page copies, 2/SM", dict(ws, tma=True)))
+        variants.append(("warp-specialized, TMA page copies, 2/SM", dict(tma=True)))
         if wide:
             variants += [
                 (
                     "warp-specialized, 128-row tiles, split MMA, TMA page "
                     f"copies, ring {ring}, 1/SM",
-                    dict(ws, rows=128, split_mma=True, tma=True, ring=ring),
+                    dict(rows=128, split_mma=True, tma=True, ring=ring),
                 )
                 for ring in (3, 4, 5)
             ]
@@ -783,7 +782,7 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
         variants.append(
             (
                 "warp-specialized, 64-key tiles, 4 staged, ring 3, 1/SM",
-                dict(ws, raw_slots=4, ring=3, **big),
+                dict(raw_slots=4, ring=3, **big),
             )
         )
         # float16 MMAs (K/V converted to float16 only), and with the staged
@@ -799,7 +798,7 @@ def time_gluon(shape, q, k, v, bt, ctx, qsl, scale, scales, want, only=None):
             for name, kwargs in variants
         ]
         if shape[6] % 128 == 0:  # raw tiles staged by TMA (128 e4m3 per row)
-            fp8_tma = dict(ws, tma=True, f16_dots=True, narrow_convert=True)
+            fp8_tma = dict(tma=True, f16_dots=True, narrow_convert=True)
             variants.append(
                 ("warp-specialized, TMA-staged fp8 pages, float16 dots, 2/SM", fp8_tma)
             )
