@@ -1709,6 +1709,23 @@ if not _IN_CHILD:
         ]
         launch._announce.cache_clear()
 
+    def test_launch_log_counts_the_triton_kernels_key_splits(caplog):
+        # The Triton kernel's line says how many key splits it runs, in the
+        # singular for one.
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+
+        launch._announce.cache_clear()
+        with caplog.at_level("INFO", logger="vllm.spark2_5_plugin.ops"):
+            launch._announce("Triton", 16, False)
+            launch._announce("Triton", 64, True, v_pages=True, splits=4)
+        assert [r.getMessage() for r in caplog.records] == [
+            "fixed-history attention: Triton kernel, 16-row tiles, 16-bit cache "
+            "(1 key split)",
+            "fixed-history attention: Triton kernel, 64-row tiles, fp8 cache "
+            "(4 key splits, V pages transposed)",
+        ]
+        launch._announce.cache_clear()
+
     def test_plan_refuses_gluon_with_splits_or_e4m3_dots():
         with pytest.raises(ValueError, match="gluon needs num_splits == 1"):
             _plan(16, 64, num_splits=2, gluon=True)

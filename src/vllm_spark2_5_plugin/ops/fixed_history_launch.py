@@ -758,7 +758,8 @@ def _announce(
         if "block_n" in pipeline:
             options.append(f"{pipeline['block_n']}-key tiles")
     else:
-        options = [f"{splits} key splits"] + ["V pages transposed"] * v_pages
+        noun = "key split" if splits == 1 else "key splits"
+        options = [f"{splits} {noun}"] + ["V pages transposed"] * v_pages
     logging.getLogger("vllm.spark2_5_plugin.ops").info(
         "fixed-history attention: %s kernel, %d-row tiles, %s cache%s",
         kernel,
