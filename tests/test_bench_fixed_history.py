@@ -27,7 +27,9 @@ _TRIED = re.compile(
 
 
 def _smoke(*argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    # The smoke runs on CPU under the interpreter even where a GPU is visible
+    # (the interpreter cannot run inside the script's CUDA-graph timing).
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     return subprocess.run(
         [sys.executable, str(_SCRIPT), "--smoke", "--kernel-only", *argv],
         capture_output=True,
@@ -111,11 +113,11 @@ def _fa3_as_documented(q, k, v, bt, seqlen_k, window, scale):
     R, heads, D = q.shape
     page = k.shape[1]
     group = heads // k.shape[2]
-    out = torch.empty(R, heads, D, dtype=torch.float64)
+    out = torch.empty(R, heads, D, dtype=torch.float64, device=q.device)
     left, right = window
     for r in range(R):
         first = 0 if left < 0 else max(0, seqlen_k - 1 - left)
-        pos = torch.arange(first, min(seqlen_k, seqlen_k + right))
+        pos = torch.arange(first, min(seqlen_k, seqlen_k + right), device=q.device)
         pages = bt[r].long()[pos // page]
         keys = k[pages, pos % page].double().repeat_interleave(group, dim=1)
         vals = v[pages, pos % page].double().repeat_interleave(group, dim=1)
