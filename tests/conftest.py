@@ -54,3 +54,23 @@ def world():
     yield
     if owned:
         cleanup_dist_env_and_memory()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``cpu_build`` under a CUDA build of vLLM: they
+    check what vLLM's CPU build does (its verdicts, the PyTorch reference in
+    place of the GPU kernels, models on the CPU), and their GPU counterparts
+    carry the ``cuda`` mark."""
+    marked = [item for item in items if item.get_closest_marker("cpu_build")]
+    if not marked:
+        return
+    from vllm_helpers import gpu_vllm_available
+
+    if not gpu_vllm_available():
+        return
+    skip = pytest.mark.skip(
+        reason="written for vLLM's CPU build; under its CUDA build run "
+        "`pytest -m cuda tests/`"
+    )
+    for item in marked:
+        item.add_marker(skip)

@@ -30,6 +30,10 @@ from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.layers import attention, causal_mask
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
+# Models on the CPU and the attention's PyTorch reference: the GPU counterparts
+# are the cuda-marked tests of test_dspark_gpu_*.py.
+pytestmark = pytest.mark.cpu_build
+
 BLOCK = 4  # TINY_DSPARK's dspark_block_size = num_speculative_tokens
 PAGE = 4  # KV-cache block size of the test caches
 NUM_PAGES = 24

@@ -378,6 +378,7 @@ def declared_full(world, tmp_path_factory):
     return build(path, max_model_len=32, hybrid_kv_cache_manager=True)
 
 
+@pytest.mark.cpu_build  # the draft on the CPU, as in test_dspark_model.py
 def test_a_draft_declared_full_keeps_its_window_for_the_math(
     declared_full, monkeypatch
 ):

@@ -158,21 +158,25 @@ def run_python(
     )
 
 
+def gpu_vllm_available() -> bool:
+    """True where CUDA and a CUDA build of vLLM are both present."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        from vllm.platforms import current_platform
+
+        return current_platform.is_cuda()
+    except Exception:  # noqa: BLE001 - any import problem means "not available"
+        return False
+
+
 def skip_without_gpu_vllm() -> None:
     """Skip the calling test module unless CUDA and a CUDA build of vLLM exist."""
     import pytest
 
-    try:
-        import torch
-
-        available = torch.cuda.is_available()
-        if available:
-            from vllm.platforms import current_platform
-
-            available = current_platform.is_cuda()
-    except Exception:  # noqa: BLE001 - any import problem means "not available"
-        available = False
-    if not available:
+    if not gpu_vllm_available():
         pytest.skip(
             "needs an NVIDIA GPU and a CUDA build of vLLM 0.32.0",
             allow_module_level=True,
