@@ -435,6 +435,16 @@ def _run_and_check(
         assert torch.isnan(out[rows:]).all(), f"{what}: padding rows were written"
 
 
+def _every_other_value(t):
+    """A copy of ``t`` (``[T, nH, D]``) whose values lie two apart along D
+    (last stride 2)."""
+    wide = torch.zeros(*t.shape[:2], 2 * t.shape[2], dtype=t.dtype, device=t.device)
+    strided = wide[..., ::2]
+    strided.copy_(t)
+    assert strided.stride(2) == 2
+    return strided
+
+
 def _plan(block_q, block_n, num_splits=1, num_warps=4, num_stages=1, **more):
     return ops.LaunchPlan(
         block_q=block_q,
@@ -1425,6 +1435,49 @@ if not _IN_CHILD:
         assert len(triton_grids) == 1
         assert len(calls) == 1
 
+    @pytest.mark.parametrize("strided", ["q", "out"])
+    def test_launch_runs_strided_head_dims_on_the_triton_kernel(strided):
+        # The Gluon kernel reads q and writes out as rows of D contiguous
+        # values; a q or out with another last stride (which the contract
+        # allows) goes to the Triton kernel, which takes any strides, even
+        # with a Gluon plan. (Stood in for here; test_cuda_strided_head_dims
+        # runs it against the reference.)
+        from vllm_spark2_5_plugin.ops import fixed_history_gluon as gluon_ops
+        from vllm_spark2_5_plugin.ops import fixed_history_launch as launch
+        from vllm_spark2_5_plugin.ops.fixed_history_checks import PagedKV
+
+        case = Case([40, 7], [4, 3], 32, 32, 4, 128, 16)
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cpu", seed=0
+        )
+        out = torch.empty_like(q)
+        if strided == "q":
+            q = _every_other_value(q)
+        else:
+            out = _every_other_value(out)
+        gluon_calls, triton_grids = [], []
+        triton_kernel = mock.MagicMock()
+        triton_kernel.__getitem__.side_effect = lambda grid: (
+            lambda *a, **kw: triton_grids.append(grid)
+        )
+        plan = _plan(16, 64, programs_per_sm=1, gluon=True)
+        with (
+            mock.patch.object(launch, "gluon_supported", lambda device: True),
+            mock.patch.object(
+                gluon_ops,
+                "fixed_history_attention_wgmma",
+                lambda *a, **kw: gluon_calls.append(a),
+            ),
+            mock.patch.object(launch, "fixed_history_kernel", triton_kernel),
+        ):
+            kv = PagedKV(k, v, bt, ctx, qsl, None)
+            assert launch.launch_kernel(q, kv, 32, 0.1, out, plan) is out
+            assert (gluon_calls, len(triton_grids)) == ([], 1)
+            # Dense along D: the same plan runs the Gluon kernel.
+            dense = torch.empty_like(out).copy_(out)
+            launch.launch_kernel(q.contiguous(), kv, 32, 0.1, dense, plan)
+            assert (len(gluon_calls), len(triton_grids)) == (1, 1)
+
     def test_gluon_needs_a_hopper_gpu():
         assert not ops.gluon_supported(torch.device("cpu"))
         if not torch.cuda.is_available():
@@ -2371,6 +2424,35 @@ if not _IN_CHILD:
             case, dtype=dtype, device="cuda", plan=plan, fp8_scales=(0.02, 3.0),
             extra_rows=3,
         )  # fmt: skip
+
+    @pytest.mark.cuda
+    @_no_cuda
+    @pytest.mark.parametrize("strided", ["q", "out"])
+    @pytest.mark.parametrize("kv_fp8", [False, True])
+    def test_cuda_strided_head_dims(strided, kv_fp8):
+        """q or out with a last stride of 2 through the launch, on a shape
+        whose plan runs the Gluon kernel (which then hands the call to the
+        Triton kernel), against the float64 reference."""
+        name = sorted(_GLUON_CASES)[0]
+        case, plan = _gluon_case(name, kv_fp8, extra_rows=0)
+        scales = (0.02, 3.0) if kv_fp8 else None
+        q, k, v, bt, ctx, qsl = _make_inputs(
+            case, dtype=torch.bfloat16, device="cuda", seed=0, fp8_scales=scales
+        )
+        kwargs = _scale_args(scales, "tensor", "cuda") if kv_fp8 else {}
+        out = torch.full_like(q, float("nan"))
+        if strided == "q":
+            q = _every_other_value(q)
+        else:
+            out = _every_other_value(out)
+        assert plan.gluon, plan
+        window, scale = case.window, case.head_dim**-0.5
+        res = ops.fixed_history_attention(
+            q, k, v, bt, ctx, qsl, window, scale, out=out, **kwargs
+        )
+        assert res is out
+        ref = _reference_f64(q, k, v, bt, ctx, qsl, window, scale, scales)
+        _assert_close(out, ref, torch.bfloat16, sum(case.q_lens), f"{name} {strided}")
 
     @pytest.mark.cuda
     @_no_cuda

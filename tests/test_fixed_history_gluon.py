@@ -474,6 +474,13 @@ def test_loader_first_is_refused_without_split_mma():
     _refused("loader_first needs split_mma", loader_first=True)
 
 
+def test_an_output_strided_along_the_head_dim_is_refused():
+    # The kernel stores rows of D contiguous values; the launch hands such
+    # an out to the Triton kernel (test_fixed_history_attention.py).
+    out = torch.zeros(8, 4, 256, dtype=torch.bfloat16)[..., ::2]
+    _refused("out needs a unit last stride", out=out)
+
+
 def _without_and_with(option, rows, scores=True, value=True, wide=False, **changes):
     """The fp8 kernel as the launch compiles it for ``rows``-row tiles over
     a cache copied by TMA (its pipeline, ``scores``: with fp8 scores,

@@ -2485,6 +2485,10 @@ def fixed_history_attention_wgmma(
         )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or q.stride(2) != 1:
         raise ValueError("q and the K/V caches need a unit last stride")
+    if out is not None and out.stride(2) != 1:
+        raise ValueError(
+            f"out needs a unit last stride, got strides {tuple(out.stride())}"
+        )
     if fp8_cache and not (
         isinstance(k_scale, torch.Tensor) and isinstance(v_scale, torch.Tensor)
     ):

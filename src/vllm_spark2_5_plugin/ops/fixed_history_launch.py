@@ -770,18 +770,26 @@ def _announce(
 
 
 def gluon_options(
-    q: torch.Tensor, kv: PagedKV, plan: LaunchPlan, *, own_plan: bool = True
+    q: torch.Tensor,
+    kv: PagedKV,
+    plan: LaunchPlan,
+    *,
+    own_plan: bool = True,
+    out: torch.Tensor | None = None,
 ) -> dict | None:
     """The Gluon kernel's keyword arguments where it runs this launch, else
     ``None`` (the Triton kernel runs it): the plan asks for it, its tiles
     have 64 or 128 rows and the head dim is 64 or 128 (those of its GPU
-    tests), an fp8 cache's scales are tensors, and the device runs it
-    (already known for a plan of :func:`plan_launch`, ``own_plan``). The
-    pipeline is ``_gluon_pipeline``'s for the tile and the caches; with
-    ``plan.fp8_scores`` and an fp8 cache that TMA copies, ``fp8_scores``
-    (q rounded to e4m3 row by row), and with ``plan.wide_tiles`` too at
-    128 rows, 128-key tiles; with ``plan.half_rows`` and 64-row tiles,
-    ``half_rows`` (``block_q // 2`` queries per tile)."""
+    tests), q and ``out`` (where given) are dense along the head dim (the
+    Gluon kernel reads and writes rows of D contiguous values; the Triton
+    kernel takes any strides), an fp8 cache's scales are tensors, and the
+    device runs it (already known for a plan of :func:`plan_launch`,
+    ``own_plan``). The pipeline is ``_gluon_pipeline``'s for the tile and
+    the caches; with ``plan.fp8_scores`` and an fp8 cache that TMA copies,
+    ``fp8_scores`` (q rounded to e4m3 row by row), and with
+    ``plan.wide_tiles`` too at 128 rows, 128-key tiles; with
+    ``plan.half_rows`` and 64-row tiles, ``half_rows`` (``block_q // 2``
+    queries per tile)."""
     k_cache, v_cache, scales = kv.k_cache, kv.v_cache, kv.scales
     num_heads, head_dim = q.shape[1], q.shape[2]
     rows = plan.block_q * (num_heads // k_cache.shape[2])
@@ -789,6 +797,8 @@ def gluon_options(
         plan.gluon
         and rows in (64, 128)
         and head_dim in (64, 128)
+        and q.stride(2) == 1
+        and (out is None or out.stride(2) == 1)
         and (scales is None or all(isinstance(x, torch.Tensor) for x in scales))
         and (own_plan or gluon_supported(q.device))
     ):
@@ -845,7 +855,7 @@ def launch_kernel(
             f"{num_reqs} requests x {num_kv_heads} KV heads x {splits} splits "
             f"exceed {_MAX_ITEMS} work items per launch; split the batch"
         )
-    options = gluon_options(q, kv, plan, own_plan=own_plan)
+    options = gluon_options(q, kv, plan, own_plan=own_plan, out=out)
     if options is not None:
         from vllm_spark2_5_plugin.ops.fixed_history_gluon import (
             fixed_history_attention_wgmma,
