@@ -243,7 +243,7 @@ def check_speculative_settings(
     if num_speculative_tokens is None and settings.block_size is None:
         raise ValueError(
             "num_speculative_tokens is required: the checkpoint sets no "
-            "dspark_block_size to default it to; pass "
+            "dspark_block_size to take it from; pass "
             '--speculative-config \'{"method": "dspark", '
             '"num_speculative_tokens": N}\''
         )
@@ -255,8 +255,7 @@ def check_speculative_settings(
         raise ValueError(
             f"num_speculative_tokens={num_speculative_tokens} does not match the "
             f"draft's trained dspark_block_size={settings.block_size}; set "
-            f'"num_speculative_tokens": {settings.block_size} in --speculative-config '
-            "(or leave it out to use the block size)"
+            f'"num_speculative_tokens": {settings.block_size} in --speculative-config'
         )
     if parallel_config is None:
         return
