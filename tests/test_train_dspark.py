@@ -464,13 +464,23 @@ def _not_a_spark2_5_checkpoint(tmp_path: Path) -> Path:
     ],
     ids=["no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft"],
 )
+@pytest.mark.parametrize("earlier_output", [False, True])
 def test_trainer_refuses_bad_input_before_any_work(
-    tmp_path, tiny, make_src, extra, message
+    tmp_path, tiny, make_src, extra, message, earlier_output
 ) -> None:
+    # With --overwrite, an earlier output is deleted only once the input
+    # and the settings passed their checks.
     dst = tmp_path / "out"
+    if earlier_output:
+        dst.mkdir()
+        (dst / "kept.txt").write_text("an earlier run")
+        extra = (*extra, "--overwrite")
     with pytest.raises(SystemExit, match=message):
         train([str(make_src(tmp_path, tiny)), str(dst), *extra])
-    assert not dst.exists() or not any(dst.iterdir())
+    if earlier_output:
+        assert (dst / "kept.txt").read_text() == "an earlier run"
+    else:
+        assert not dst.exists() or not any(dst.iterdir())
 
 
 @pytest.mark.parametrize("where", ["parent", "child"])

@@ -209,10 +209,9 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
         raise SystemExit("the output directory must not contain or be inside the input")
-    if dst.exists() and any(dst.iterdir()):
-        if not args.overwrite:
-            raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
-        shutil.rmtree(dst)
+    replace_output = dst.exists() and any(dst.iterdir())
+    if replace_output and not args.overwrite:
+        raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
     raw = read_target_config(src)
     shape = dict(
         block_size=args.block_size,
@@ -244,6 +243,9 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
             "--draft-layer-types, --draft-sliding-window or --noise-token-id"
         ) from None
+    if replace_output:
+        # Only now that the input and the settings passed their checks.
+        shutil.rmtree(dst)
     previous = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
