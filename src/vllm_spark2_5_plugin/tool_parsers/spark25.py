@@ -11,8 +11,8 @@ parser is hand-written rather than built on vLLM's declarative parser engine
   on content or calls;
 * each call's argument fragments concatenate to exactly the non-streaming
   arguments string under any chunking (one JSON writer for both modes);
-* it is cheaper: on CPU, 8-20x less time than ``glm47`` non-streaming and
-  2-4x less streaming on the same outputs (``benchmarks/tool_parser_cpu.md``).
+* it is cheaper: on CPU, 8-21x less time than ``glm47`` non-streaming and
+  1.7-4.3x less streaming on the same outputs (``benchmarks/tool_parser_cpu.md``).
 
 ``adjust_request`` also turns ``tool_choice`` "required" / named and
 ``strict`` tools into an xgrammar structural tag (built in
