@@ -2435,7 +2435,7 @@ if not _IN_CHILD:
         Triton kernel), against the float64 reference."""
         name = sorted(_GLUON_CASES)[0]
         case, plan = _gluon_case(name, kv_fp8, extra_rows=0)
-        scales = (0.02, 3.0) if kv_fp8 else None
+        scales = (_f32(0.02), _f32(3.0)) if kv_fp8 else None
         q, k, v, bt, ctx, qsl = _make_inputs(
             case, dtype=torch.bfloat16, device="cuda", seed=0, fp8_scales=scales
         )
