@@ -561,6 +561,48 @@ def test_tool_choice_none_keeps_calls_as_content():
     assert (stream.content, stream.calls) == (output, [])
 
 
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_allowed_tools_reads_calls_of_the_listed_tools_only(mode):
+    """A Responses ``allowed_tools`` choice: a call of an offered but
+    unlisted tool is not returned as a call (the client did not allow it;
+    with mode "auto" and no strict tool no grammar stops the model writing
+    it); its block stays content, as an unknown tool's does."""
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    request = ResponsesRequest(
+        model="spark2_5-tiny",
+        input="hi",
+        tools=[
+            {"type": "function", "name": "ping", "parameters": None},
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": TOOLS[0]["function"]["parameters"],
+            },
+        ],
+        tool_choice={
+            "type": "allowed_tools",
+            "mode": mode,
+            "tools": [{"type": "function", "name": "ping"}],
+        },
+        stream=True,
+    )
+    unlisted = W + CITY_PARIS + "</tool_call>"
+    output = "<tool_call>ping</tool_call>" + unlisted
+    result, calls = run_non_streaming(output, request)
+    assert (result.content, calls) == (unlisted, [("ping", "{}")])
+    for chunking in ("whole", "chars_3", "at_tags"):
+        stream = run_streaming(CHUNKINGS[chunking](output), request)
+        assert stream.content == unlisted, chunking
+        assert [(c["name"], c["arguments"]) for c in stream.calls] == [("ping", "{}")]
+    # Without allowed_tools both are calls.
+    request.tool_choice = "auto"
+    assert run_non_streaming(output, request)[1] == [
+        ("ping", "{}"),
+        ("get_weather", '{"city": "Paris"}'),
+    ]
+
+
 @pytest.mark.parametrize(
     ("tool_choice", "expected"),
     [("auto", False), ("required", False), ("none", True)],

@@ -265,8 +265,18 @@ class Spark25ToolParser(ToolParser):
         return super().adjust_request(request)
 
     def _schemas_for(self, request: Any) -> dict[str, dict[str, Any]]:
+        """The schemas of the tools whose calls are read: the request's,
+        and for a Responses ``allowed_tools`` choice only the listed ones (a
+        block naming another tool stays content, as an unknown tool's does:
+        the client did not allow it, whether or not a grammar held the model
+        to the list)."""
         tools = getattr(request, "tools", None)
-        return tool_schemas(tools if tools is not None else self._raw_tools)
+        schemas = tool_schemas(tools if tools is not None else self._raw_tools)
+        tool_choice = getattr(request, "tool_choice", None)
+        if getattr(tool_choice, "type", None) == "allowed_tools":
+            _, _, allowed = forced_choice(tool_choice)
+            schemas = {n: s for n, s in schemas.items() if n in (allowed or ())}
+        return schemas
 
     @staticmethod
     def _calls_disabled(request: Any) -> bool:
