@@ -6,6 +6,7 @@ import json
 import pytest
 
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import TINY_CONFIG
 
 
 def test_defaults_follow_spec():
@@ -165,15 +166,25 @@ def test_bad_hf_overrides_are_refused_at_start_up(tiny_checkpoint, overrides, me
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "window", "positions"),
     [
         # vLLM turns the window off (sliding_window None) and caps the context.
-        {"max_model_len": 16, "disable_sliding_window": True},
+        ({"max_model_len": 16, "disable_sliding_window": True}, None, None),
         # vLLM reads a window of 0 as "no sliding window".
-        {"max_model_len": 256, "hf_overrides": {"sliding_window": 0}},
-        {"max_model_len": 256, "hf_overrides": {"max_position_embeddings": 4096}},
+        ({"max_model_len": 256, "hf_overrides": {"sliding_window": 0}}, None, None),
+        (
+            {"max_model_len": 256, "hf_overrides": {"max_position_embeddings": 4096}},
+            TINY_CONFIG["sliding_window"],
+            4096,
+        ),
     ],
 )
-def test_valid_overrides_and_a_disabled_window_still_start(tiny_checkpoint, fields):
-    config = _engine_config(tiny_checkpoint, **fields)
-    assert config.model_config.hf_config.model_type == "spark2_5"
+def test_valid_overrides_and_a_disabled_window_still_start(
+    tiny_checkpoint, fields, window, positions
+):
+    model_config = _engine_config(tiny_checkpoint, **fields).model_config
+    assert model_config.hf_config.model_type == "spark2_5"
+    assert model_config.get_sliding_window() == window
+    assert model_config.max_model_len == fields["max_model_len"]
+    if positions is not None:
+        assert model_config.hf_config.max_position_embeddings == positions

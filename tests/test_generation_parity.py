@@ -70,10 +70,14 @@ CONFIGS = {
 
 
 def assert_matches_reference(path, results, prompt_ids):
-    """Tokens equal the reference's until a genuine near-tie; logprobs close."""
+    """Tokens equal the reference's until a genuine near-tie; logprobs close.
+    Most steps must be compared: near-ties that cut every continuation short
+    would leave the check with little to check."""
     reference = Spark2_5Reference.from_checkpoint(path)
+    compared = total = 0
     for prompt, (tokens, step_logprobs) in zip(prompt_ids, results, strict=True):
         ref_tokens, ref_rows = reference.greedy(prompt, len(tokens))
+        total += len(tokens)
         for step, (got, want) in enumerate(zip(tokens, ref_tokens, strict=True)):
             row = ref_rows[step]
             if got != want:
@@ -86,6 +90,9 @@ def assert_matches_reference(path, results, prompt_ids):
             # Every token vLLM reports (its top-5 and the chosen one).
             for token, logprob in step_logprobs[step].items():
                 assert abs(logprob - float(row[token])) < LOGPROB_ATOL, (step, token)
+            compared += 1
+    print(f"compared {compared} of {total} steps")
+    assert compared >= total / 2, f"only {compared} of {total} steps compared"
 
 
 @pytest.fixture(scope="module")
