@@ -25,7 +25,12 @@ from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
 from vllm_spark2_5_plugin.tools.dspark_data import stacked_target_features
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
-from vllm_spark2_5_plugin.tools.dspark_draft_torch import DSparkDraft, draft_loss
+from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
+    DSparkDraft,
+    draft_loss,
+    initial_state,
+    load_state,
+)
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 from vllm_spark2_5_plugin.tools.train_dspark import sequences_digest, train
 
@@ -345,6 +350,54 @@ def test_written_checkpoint(tiny, runs) -> None:
     feats = acc.target_features(target, ids, ref.config.target_layer_ids)
     c = ref.combine(list(feats.chunk(2, dim=-1)))
     assert len(ref.draft(c[:9], ids[9]).tokens) == 4
+
+
+def test_target_init_copies_the_targets_layers_and_norm(tmp_path) -> None:
+    """``--init-draft target``: each draft layer starts as the target's last
+    layer of its type, the final norm as the target's, and ``main_proj``
+    averages the target features; everything else starts as ``random``."""
+    src = make_tiny_checkpoint(tmp_path / "plain")
+    raw = json.loads((src / "config.json").read_text())
+    target_types = Spark2_5Config.from_dict(raw).layer_types
+    assert target_types == [SLIDING, SLIDING, SLIDING, FULL]
+    cfg = DraftConfig.from_config(
+        raw,
+        layer_types=[FULL, SLIDING],
+        target_layer_ids=[0, 2],
+        block_size=3,
+        markov_rank=4,
+        noise_token_id=5,
+    )
+    target_weights = shard_tensors(src)
+    embed = target_weights["model.embed_tokens.weight"].float()
+    draft = DSparkDraft(cfg, embed, embed)
+    state = initial_state(
+        draft, "target", 0, target_weights=target_weights,
+        target_layer_types=target_types,
+    )  # fmt: skip
+    random = initial_state(draft, "random", 0)
+    for j in (0, 1):
+        assert {n.split(".", 2)[2] for n in state if n.startswith(f"layers.{j}.")} == (
+            set(LAYER_NAMES)
+        )
+    # Draft layer 0 (full) from target layer 3, layer 1 (sliding) from 2.
+    for j, src_layer in ((0, 3), (1, 2)):
+        for name in LAYER_NAMES:
+            want = target_weights[f"model.layers.{src_layer}.{name}"].float()
+            assert torch.equal(state[f"layers.{j}.{name}"], want), (j, name)
+    assert torch.equal(
+        state["norm.weight"], target_weights["model.norm.weight"].float()
+    )
+    h = torch.randn(3, cfg.hidden_size, dtype=torch.float64)
+    averaged = torch.cat([h, 3 * h], dim=-1) @ state["main_proj.weight"].double().T
+    torch.testing.assert_close(averaged, 2 * h)
+    copied = {n for n in state if n.startswith("layers.")} | {
+        "norm.weight",
+        "main_proj.weight",
+    }
+    for name in set(state) - copied:
+        assert torch.equal(state[name], random[name]), name
+    load_state(draft, state)
 
 
 @pytest.mark.parametrize("init", ["random", "target"])
