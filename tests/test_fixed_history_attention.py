@@ -1146,7 +1146,8 @@ if not _IN_CHILD:
         with pytest.raises(TypeError, match="q has dtype .*float16 or bfloat16"):
             ops.fixed_history_attention(**args)
         out = ops.fixed_history_attention_reference(**args)
-        assert out.dtype == q_dtype and torch.isfinite(out[:5]).all()
+        assert out.dtype == q_dtype
+        _assert_matches_dequantized(out, args, (_f32(0.02), _f32(3.0)))
 
     @pytest.mark.skipif(
         os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
@@ -1158,13 +1159,29 @@ if not _IN_CHILD:
         # device check (CPU tensors without the interpreter); the reference
         # runs them.
         if scale_form == "numbers":  # any real number, converted with float()
+            scales = (1.0, 1.5)
             args = _fp8_args(k_scale=1, v_scale=fractions.Fraction(3, 2))
         else:
             scales = (_f32(0.02), _f32(3.0))
             args = _fp8_args(**_scale_args(scales, scale_form, "cpu"))
         with pytest.raises(RuntimeError, match="needs CUDA tensors"):
             ops.fixed_history_attention(**args)
-        assert torch.isfinite(ops.fixed_history_attention_reference(**args)[:5]).all()
+        out = ops.fixed_history_attention_reference(**args)
+        _assert_matches_dequantized(out, args, scales)
+
+    def _assert_matches_dequantized(out, args, scales):
+        """``out`` of the reference over ``args``' fp8 cache against the
+        float64 reference over the cache as this test dequantizes it (the
+        five query rows of ``_fp8_args``)."""
+        ref = _reference_f64(
+            *(args[n] for n in ("q", "k_cache", "v_cache", "block_table")),
+            *(args[n] for n in ("context_lens", "query_start_loc")),
+            args["sliding_window"],
+            args["scale"],
+            scales,
+        )
+        tol = 1e-2 if out.dtype == torch.float16 else 1e-5
+        torch.testing.assert_close(out[:5].double(), ref[:5], rtol=tol, atol=tol)
 
     def test_reference_refuses_bad_window_too():
         with pytest.raises(ValueError, match="positive int"):
