@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_generation_parity import assert_matches_reference
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 from vllm_spark2_5_plugin.tools.in_tree_checkpoint import write_in_tree
@@ -206,16 +207,20 @@ def test_vllm_loads_and_generates_from_the_mini_checkpoint(mini: Path):
         seed=0,
         distributed_executor_backend="uni",
     )
+    prompt = list(range(20, 120))
     try:
         assert llm.llm_engine.model_config.architectures == ["Spark2_5ForCausalLM"]
         out = llm.generate(
-            [TokensPrompt(prompt_token_ids=list(range(20, 120)))],
-            SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+            [TokensPrompt(prompt_token_ids=prompt)],
+            SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=5),
             use_tqdm=False,
         )[0].outputs[0]
     finally:
         del llm
         cleanup_dist_env_and_memory()
     assert len(out.token_ids) == 12
-    assert all(0 <= t < 1024 for t in out.token_ids)
     assert isinstance(out.text, str) and out.text
+    # The mini preset's shapes (not the tiny checkpoint's) against the
+    # independent reference: tokens and reported logprobs.
+    steps = [{t: lp.logprob for t, lp in step.items()} for step in out.logprobs]
+    assert_matches_reference(mini, [(list(out.token_ids), steps)], [prompt])
