@@ -91,25 +91,25 @@ def test_greedy_output_with_dspark_equals_output_without(checkpoint):
     )
     for prompt, want, got in zip(PROMPTS, baseline, drafted, strict=True):
         assert got == want, f"prompt {prompt[:8]}...: {got} != {want}"
-    drafts = metrics.get("vllm:spec_decode_num_drafts")
-    if drafts is not None:
-        assert drafts.value > 0, "DSpark never drafted"
+    # That DSpark ran at all (equal outputs alone would hold without it).
+    assert metrics["vllm:spec_decode_num_drafts"].value > 0, "DSpark never drafted"
 
 
 def test_probabilistic_drafting_runs_at_temperature_one(checkpoint):
     from vllm import SamplingParams
 
     path, num_spec = checkpoint
-    outputs, _ = _generate(
+    outputs, metrics = _generate(
         path,
         {
             "method": "dspark",
             "num_speculative_tokens": num_spec,
             "draft_sample_method": "probabilistic",
         },
-        SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1),
+        SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=1, ignore_eos=True),
     )
-    assert all(len(tokens) > 0 for tokens in outputs)
+    assert [len(tokens) for tokens in outputs] == [MAX_TOKENS] * len(PROMPTS)
+    assert metrics["vllm:spec_decode_num_drafts"].value > 0, "DSpark never drafted"
 
 
 @pytest.mark.parametrize(
