@@ -6,6 +6,7 @@ vLLM's plugin surface."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,29 @@ BREAKAGES = {
         "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update",
         lambda self, layer, key, value, kv_cache, slots: None,
     ),
+    "vllm_config_post_init": ("vllm.config.VllmConfig.__post_init__", None),
+    # As if the DFlash speculator, whose source the check reads, no longer
+    # called the draft (an unrelated vLLM module in its place).
+    "dspark_draft_protocol": (
+        "vllm.v1.worker.gpu.spec_decode.dflash.speculator",
+        importlib.import_module("vllm.config.load"),
+    ),
+    "aux_hidden_state_layers": (
+        "vllm.model_executor.models.interfaces.EagleModelMixin.aux_hidden_state_layers",
+        (0,),
+    ),
+    "model_registry": ("vllm.ModelRegistry.models", []),
+    "tool_parser_registry": ("vllm.tool_parsers.ToolParserManager.lazy_parsers", {}),
+    "config_registry": ("vllm.transformers_utils.config._CONFIG_REGISTRY", ()),
+    "tool_parser_streaming": (
+        "vllm.tool_parsers.ToolParser.get_remaining_unstreamed_args",
+        None,
+    ),
 }
+
+
+def test_every_hook_point_has_a_breakage():
+    assert set(BREAKAGES) == {hook.name for hook in vllm_seam.HOOK_POINTS}
 
 
 @pytest.mark.parametrize("hook", sorted(BREAKAGES))
