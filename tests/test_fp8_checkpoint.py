@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -419,6 +420,52 @@ def test_vllm_cpu_serves_the_fp8_checkpoint_close_to_the_source(pair):
     # Greedy decoding keeps the first tokens (the tiny random model has many
     # near-ties, so long continuations drift apart).
     assert min(prefix) >= 1
+
+
+def test_the_tool_refuses_what_it_cannot_quantize_before_any_work(tmp_path, capsys):
+    """Each used to end in a traceback from deep inside the run, or (another
+    model type, an output inside the input) to go ahead."""
+    from vllm_spark2_5_plugin.tools.quantize_fp8 import main
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    src = make_tiny_checkpoint(tmp_path / "src")
+    config = json.loads((src / "config.json").read_text())
+
+    def variant(name, edit):
+        path = tmp_path / name
+        shutil.copytree(src, path)
+        edit(path)
+        return path
+
+    def write_config(path, text):
+        (path / "config.json").write_text(text)
+
+    cases = {
+        "not valid JSON": variant("bad-json", lambda p: write_config(p, "{")),
+        "not a Spark2_5 checkpoint (model_type 'llama'": variant(
+            "llama",
+            lambda p: write_config(p, json.dumps({**config, "model_type": "llama"})),
+        ),
+        "is already quantized": variant(
+            "quantized",
+            lambda p: write_config(
+                p,
+                json.dumps({**config, "quantization_config": {"quant_method": "fp8"}}),
+            ),
+        ),
+        "has no model.safetensors": variant(
+            "no-weights", lambda p: (p / "model.safetensors").unlink()
+        ),
+    }
+    for message, path in cases.items():
+        with pytest.raises(SystemExit):
+            main([str(path), str(tmp_path / f"out-{path.name}")])
+        assert message in capsys.readouterr().err, message
+        assert not (tmp_path / f"out-{path.name}").exists()
+    with pytest.raises(SystemExit):
+        main([str(src), str(src / "fp8")])
+    assert "must not contain or be inside the input" in capsys.readouterr().err
+    assert not (src / "fp8").exists()
 
 
 def test_the_tool_never_writes_over_its_input(tmp_path, capsys):

@@ -12,39 +12,61 @@ architecture and config, and serves it end to end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
+from pathlib import Path
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a Spark2_5 checkpoint (default: tiny random)")
     parser.add_argument("--prompt", default="The weather in Paris is")
-    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--max-tokens", type=_positive_int, default=24)
     args = parser.parse_args(argv)
+    if args.model is not None:
+        from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
+
+        try:
+            read_target_config(Path(args.model))
+        except SystemExit as exc:
+            parser.error(f"--model: {exc}")
 
     # Small CPU KV cache unless the user chose one (GiB per worker).
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    with contextlib.ExitStack() as stack:
+        model = args.model
+        if model is None:
+            from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
+                make_tiny_checkpoint,
+            )
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="spark2_5-"))
+            model = str(make_tiny_checkpoint(Path(tmp) / "tiny"))
+            print(f"wrote a tiny random Spark2_5 checkpoint to {model} (removed after)")
+        _generate(model, args.prompt, args.max_tokens)
+
+
+def _generate(model: str, prompt: str, max_tokens: int) -> None:
     from vllm import LLM, SamplingParams
 
-    model = args.model
-    if model is None:
-        from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
-
-        model = str(make_tiny_checkpoint(tempfile.mkdtemp(prefix="spark2_5-tiny-")))
-        print(f"wrote a tiny random Spark2_5 checkpoint to {model}")
-
     llm = LLM(model, dtype="float32", enforce_eager=True, max_model_len=512, seed=0)
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    completion = llm.generate([args.prompt], params, use_tqdm=False)[0].outputs[0]
-    chat = llm.chat([{"role": "user", "content": args.prompt}], params, use_tqdm=False)[
-        0
-    ].outputs[0]
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    completion = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    chat = llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)
+    reply = chat[0].outputs[0]
     arch = llm.llm_engine.model_config.architecture
     print(f"architecture: {arch}")
-    print(f"prompt:       {args.prompt!r}")
+    print(f"prompt:       {prompt!r}")
     print(f"generate():   {len(completion.token_ids)} tokens {completion.text!r}")
-    print(f"chat():       {len(chat.token_ids)} tokens {chat.text!r}")
+    print(f"chat():       {len(reply.token_ids)} tokens {reply.text!r}")
 
 
 if __name__ == "__main__":

@@ -216,14 +216,40 @@ def _read_checkpoint(src: Path) -> dict[str, Any]:
 
 
 def check_directories(src: Path, dst: Path) -> None:
-    """``ValueError`` unless ``src`` is a checkpoint directory and ``dst`` is a
-    new or empty directory elsewhere (the output never replaces a file)."""
-    if not (src / "config.json").is_file():
+    """``ValueError`` unless ``src`` is an unquantized Spark2_5 checkpoint
+    directory with its weights and ``dst`` is a new or empty directory
+    elsewhere, neither inside the other (the output never replaces a file)."""
+    config = src / "config.json"
+    if not config.is_file():
         raise ValueError(f"{src} is not a checkpoint directory: no config.json")
+    try:
+        raw = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{config} is not valid JSON: {exc}") from None
+    found = raw.get("model_type") if isinstance(raw, dict) else None
+    if found != "spark2_5":
+        raise ValueError(
+            f"{src} is not a Spark2_5 checkpoint (model_type {found!r}, "
+            "expected 'spark2_5')"
+        )
+    if "quantization_config" in raw:
+        raise ValueError(
+            f"{src} is already quantized ({config} has a quantization_config); "
+            "quantize the unquantized checkpoint"
+        )
+    if not any((src / name).is_file() for name in (WEIGHTS_FILE, INDEX_FILES[0])):
+        raise ValueError(
+            f"{src} has no {WEIGHTS_FILE} nor {INDEX_FILES[0]}: the tool reads "
+            "safetensors checkpoints"
+        )
     if dst.resolve() == src.resolve():
         raise ValueError(
             "the output directory must differ from the input: writing into it "
             "would replace the source checkpoint's weights"
+        )
+    if src.resolve() in dst.resolve().parents or dst.resolve() in src.resolve().parents:
+        raise ValueError(
+            f"the output directory {dst} must not contain or be inside the input {src}"
         )
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ValueError(f"{dst} exists and is not an empty directory")
@@ -243,8 +269,6 @@ def quantize(src: str | Path, dst: str | Path, scheme: str = "FP8_DYNAMIC") -> d
     src, dst = Path(src), Path(dst)
     check_directories(src, dst)
     config_dict = json.loads((src / "config.json").read_text())
-    if "quantization_config" in config_dict:
-        raise ValueError(f"{src} is already quantized")
     source = _read_checkpoint(src)
     target = {n: t.clone() for n, t in source.items() if not is_draft(n)}
 
