@@ -9,6 +9,7 @@ and the checkpoint it writes.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
+from vllm_spark2_5_plugin.tools import train_dspark
 from vllm_spark2_5_plugin.tools.dspark_data import stacked_target_features
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
 from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
@@ -172,6 +174,13 @@ def test_acceptance_replay_starts_at_the_first_output_token() -> None:
     assert report.acceptance_rate_per_position[1] == pytest.approx(
         sum(a > 1 for a in accepted) / len(calls)
     )
+
+
+def test_acceptance_replay_refuses_zero_draft_tokens() -> None:
+    """``num_tokens=0`` is no draft, not "the block size"."""
+    draft = SimpleNamespace(config=SimpleNamespace(target_layer_ids=[1], block_size=4))
+    with pytest.raises(ValueError, match="num_tokens must be at least 1, got 0"):
+        acc.offline_acceptance(None, draft, [list(range(20))], 4, num_tokens=0)
 
 
 # -- (ii)-(iv) training ---------------------------------------------------------------
@@ -485,6 +494,34 @@ def _not_a_spark2_5_checkpoint(tmp_path: Path) -> Path:
     return path
 
 
+def _sequence_files(tmp: Path) -> None:
+    """Sequences files the commands must refuse (the tiny model: 512 ids,
+    block size 4), in ``tmp``."""
+    seq = list(range(10, 50))
+    files = {
+        "not-json.json": "{nope",
+        "no-prompt-len.json": json.dumps({"sequences": [seq]}),
+        "big-id.json": json.dumps({"prompt_len": 8, "sequences": [seq[:-1] + [512]]}),
+        "negative-id.json": json.dumps({"prompt_len": 8, "sequences": [[-3] + seq]}),
+        "short.json": json.dumps({"prompt_len": 8, "sequences": [seq[:12]] * 20}),
+        "few.json": json.dumps({"prompt_len": 8, "sequences": [seq] * 3}),
+    }
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the command started its work before refusing")
+
+
+def _refusal(capsys, call) -> str:
+    """The message of a command that must stop: its ``SystemExit`` text, or
+    the argparse error it printed."""
+    with pytest.raises(SystemExit) as stopped:
+        call()
+    return f"{stopped.value.code}\n{capsys.readouterr().err}"
+
+
 @pytest.mark.parametrize(
     ("make_src", "extra", "message"),
     [
@@ -514,26 +551,234 @@ def _not_a_spark2_5_checkpoint(tmp_path: Path) -> Path:
             ("--init-draft", "checkpoint"),
             r"--init-draft checkpoint: .* has no draft tensors",
         ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--log-every", "0"),
+            r"argument --log-every: must be at least 1, got 0",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--anchors-per-seq", "0"),
+            r"argument --anchors-per-seq: must be at least 1, got 0",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--gen-len", "1"),
+            r"argument --gen-len: must be at least 2, got 1",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--gen-len", "4"),  # the block size: no step for the held-out replay
+            r"--gen-len 4 leaves the held-out acceptance no draft step of 4 tokens",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--num-prompts", "0"),
+            r"argument --num-prompts: must be at least 1, got 0",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--num-prompts", "2", "--eval-prompts", "-1"),
+            r"argument --eval-prompts: must be at least 0, got -1",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--lr", "-1"),
+            r"argument --lr: must be at least 0, got -1",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--clip", "-1"),
+            r"argument --clip: must be above 0, got -1",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--device", "foo"),
+            r"argument --device: expected cpu or cuda\[:N\], got 'foo'",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--device", "cuda"),
+            r"argument --device: 'cuda': CUDA is not available on this machine",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--prompt-len", "2000", "--gen-len", "100"),
+            r"--prompt-len 2000 \+ --gen-len 100 = 2100 tokens exceed the model's "
+            r"max_position_embeddings 2048",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/missing.json"),
+            r"--sequences: .*missing\.json: no such file",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/not-json.json"),
+            r"--sequences: .*not-json\.json is not a readable JSON file",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/no-prompt-len.json"),
+            r'--sequences: .*: expected \{"prompt_len": P, "sequences"',
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/big-id.json", "--num-prompts", "1",
+             "--eval-prompts", "0"),
+            r"--sequences: .*: sequence 0 has token id 512, outside the model's "
+            r"0\.\.511",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/negative-id.json", "--num-prompts", "1",
+             "--eval-prompts", "0"),
+            r"sequence 0 has token id -3, outside the model's 0\.\.511",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/few.json"),
+            r"--sequences: .*few\.json: need 72 sequences of one length",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--sequences", "{tmp}/short.json", "--num-prompts", "8"),
+            r"sequence 0 has 12 tokens; prompt_len 8 and 5 more are needed",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--save-sequences", "{tmp}/no-dir/sequences.json"),
+            r"--save-sequences .*sequences\.json: name a file in an existing directory",
+        ),
     ],
-    ids=["no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft"],
-)
+    ids=[
+        "no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft",
+        "log-every", "anchors-per-seq", "gen-len", "gen-len-eval", "num-prompts",
+        "eval-prompts", "lr", "clip", "device", "no-cuda", "too-long",
+        "seq-missing", "seq-not-json", "seq-no-key", "seq-big-id", "seq-negative-id",
+        "seq-few",
+        "seq-short", "save-no-dir",
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("earlier_output", [False, True])
 def test_trainer_refuses_bad_input_before_any_work(
-    tmp_path, tiny, make_src, extra, message, earlier_output
+    tmp_path, tiny, make_src, extra, message, earlier_output, monkeypatch, capsys
 ) -> None:
     # With --overwrite, an earlier output is deleted only once the input
     # and the settings passed their checks.
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _sequence_files(tmp_path)
+    extra = tuple(a.replace("{tmp}", str(tmp_path)) for a in extra)
     dst = tmp_path / "out"
     if earlier_output:
         dst.mkdir()
         (dst / "kept.txt").write_text("an earlier run")
         extra = (*extra, "--overwrite")
-    with pytest.raises(SystemExit, match=message):
-        train([str(make_src(tmp_path, tiny)), str(dst), *extra])
+    said = _refusal(
+        capsys, lambda: train([str(make_src(tmp_path, tiny)), str(dst), *extra])
+    )
+    assert re.search(message, said), said
     if earlier_output:
         assert (dst / "kept.txt").read_text() == "an earlier run"
     else:
         assert not dst.exists() or not any(dst.iterdir())
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("where", ["output", "parent"])
+def test_trainer_refuses_an_output_that_is_a_file(
+    tmp_path, tiny, where, overwrite, monkeypatch
+) -> None:
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    file = tmp_path / "notes.txt"
+    file.write_text("not a checkpoint")
+    dst = file if where == "output" else file / "out"
+    with pytest.raises(SystemExit, match=r"notes\.txt is a file, not a directory"):
+        train([str(tiny), str(dst), *(["--overwrite"] if overwrite else [])])
+    assert file.read_text() == "not a checkpoint"
+
+
+@pytest.mark.parametrize("where", ["in-output", "the-input-file"])
+def test_trainer_refuses_a_save_sequences_path_it_would_lose(
+    tmp_path, tiny, sequences, where, monkeypatch
+) -> None:
+    """--save-sequences inside an output that --overwrite deletes, or onto
+    the --sequences file (which would keep only the sequences used)."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "kept.txt").write_text("an earlier run")
+    save = dst / "seqs.json" if where == "in-output" else sequences
+    text = sequences.read_text()
+    message = "inside the output" if where == "in-output" else "would overwrite"
+    with pytest.raises(SystemExit, match=f"--save-sequences .*{message}"):
+        _train(tiny, dst, sequences, "--save-sequences", str(save), "--overwrite")
+    assert (dst / "kept.txt").read_text() == "an earlier run"
+    assert sequences.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--num-tokens", "0"), r"argument --num-tokens: must be at least 1, got 0"),
+        (("--num-tokens", "-2"), r"argument --num-tokens: must be at least 1, got -2"),
+        (("--num-prompts", "0"), r"argument --num-prompts: must be at least 1, got 0"),
+        (("--num-prompts", "-1"), r"argument --num-prompts: must be at least 1"),
+        (("--gen-len", "0"), r"argument --gen-len: must be at least 1, got 0"),
+        (("--gen-len", "-5"), r"argument --gen-len: must be at least 1, got -5"),
+        (("--gen-len", "4"), r"--gen-len 4 leaves no draft step of K=4 tokens"),
+        (
+            ("--gen-len", "2", "--num-tokens", "2"),
+            r"--gen-len 2 leaves no draft step of K=2 tokens: use --gen-len 3",
+        ),
+        (("--prompt-len", "0"), r"argument --prompt-len: must be at least 1, got 0"),
+        (
+            ("--prompt-len", "5000"),
+            r"--prompt-len 5000 \+ --gen-len 128 = 5128 tokens exceed the model's "
+            r"max_position_embeddings 2048",
+        ),
+        (("--sequences", "{tmp}/missing.json"), r"--sequences: .*: no such file"),
+        (
+            ("--sequences", "{tmp}/not-json.json"),
+            r"--sequences: .* is not a readable JSON file",
+        ),
+        (
+            ("--sequences", "{tmp}/no-prompt-len.json"),
+            r'--sequences: .*: expected \{"prompt_len": P, "sequences"',
+        ),
+        (
+            ("--sequences", "{tmp}/big-id.json"),
+            r"sequence 0 has token id 512, outside the model's 0\.\.511",
+        ),
+        (
+            ("--sequences", "{tmp}/negative-id.json"),
+            r"sequence 0 has token id -3, outside the model's 0\.\.511",
+        ),
+        (
+            ("--sequences", "{tmp}/short.json"),
+            r"sequence 0 has 12 tokens; prompt_len 8 and 5 more are needed",
+        ),
+        (("--device", "cuda"), r"'cuda': CUDA is not available on this machine"),
+    ],
+    ids=[
+        "num-tokens-0", "num-tokens-neg", "num-prompts-0", "num-prompts-neg",
+        "gen-len-0", "gen-len-neg", "gen-len-block", "gen-len-k", "prompt-len-0",
+        "too-long", "seq-missing", "seq-not-json", "seq-no-key", "seq-big-id",
+        "seq-negative-id", "seq-short", "no-cuda",
+    ],
+)  # fmt: skip
+def test_acceptance_refuses_bad_input_before_any_work(
+    tmp_path, tiny, extra, message, monkeypatch, capsys
+) -> None:
+    """No report of zero drafts ("mean_acceptance_length": 1.0) and no
+    traceback: a message naming the option."""
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _sequence_files(tmp_path)
+    extra = tuple(a.replace("{tmp}", str(tmp_path)) for a in extra)
+    said = _refusal(capsys, lambda: acc.run([str(tiny), *extra]))
+    assert re.search(message, said), said
 
 
 @pytest.mark.parametrize("where", ["parent", "child"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, DSPARK_ALIASES
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -35,9 +35,13 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    check_length,
+    device_name,
     greedy_continuations,
+    int_at_least,
     prompt_token_pool,
     random_prompts,
+    read_sequences,
     target_and_sequences,
     target_features,
 )
@@ -75,9 +79,11 @@ def offline_acceptance(
     ``L + a + 1``; steps run while ``L + K <= len(seq) - 1``. The full account:
     ``docs/dspark_training.md``.
     """
-    k = num_tokens or draft.config.block_size
-    if not k:
+    k = draft.config.block_size if num_tokens is None else num_tokens
+    if k is None:
         raise ValueError("num_tokens is required: the draft sets no block size")
+    if k < 1:
+        raise ValueError(f"num_tokens must be at least 1, got {k}")
     if isinstance(prompt_lens, int):
         prompt_lens = [prompt_lens] * len(sequences)
     layer_ids = sorted(draft.config.target_layer_ids)
@@ -133,25 +139,57 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("checkpoint", type=Path)
-    add("--num-prompts", type=int, default=8)
-    add("--prompt-len", type=int, default=32)
-    add("--gen-len", type=int, default=128)
+    add("--num-prompts", type=int_at_least(1), default=8)
+    add("--prompt-len", type=int_at_least(1), default=32)
+    add("--gen-len", type=int_at_least(1), default=128)
     add("--seed", type=int, default=1234)
     add("--continuations", choices=["reference", "vllm"], default="reference")
     add("--vllm-dtype", default="auto")
     add("--sequences", type=Path, help="JSON {prompt_len, sequences}: no generation")
-    add("--num-tokens", type=int, default=None, help="K (default: the block size)")
-    add("--device", default="cpu")
+    add("--num-tokens", type=int_at_least(1), help="K (default: the block size)")
+    add("--device", type=device_name, default="cpu")
     add("--dtype", choices=list(DTYPES), default="float32")
     args = parser.parse_args(argv)
     dtype, path = DTYPES[args.dtype], args.checkpoint
-    read_target_config(path)
+    raw = read_target_config(path)
     if draft_prefix(path) is None:
         parser.error(
             f"{path} has no DSpark draft tensors (none under "
             f"{', '.join(DRAFT_WEIGHT_PREFIXES)}); train one into a copy with "
             "spark2_5-train-dspark IN OUT --init-draft target"
         )
+    k = args.num_tokens
+    if k is None:
+        k = raw.get("dspark_block_size")
+        k = raw.get(DSPARK_ALIASES["dspark_block_size"]) if k is None else k
+        if type(k) is not int or k < 1:
+            parser.error(
+                f"{path}: dspark_block_size is {k!r}, not a block size; pass "
+                "--num-tokens"
+            )
+    # Every sequence needs room for one draft step after its prompt: K + 1
+    # tokens (a report of no drafts would read as acceptance length 1).
+    given = None
+    if args.sequences is not None:
+        try:
+            given = read_sequences(
+                args.sequences,
+                vocab_size=raw.get("vocab_size"),
+                min_new=k + 1,
+                max_len=raw.get("max_position_embeddings"),
+            )
+        except ValueError as exc:
+            parser.error(f"--sequences: {exc}")
+    elif args.gen_len < k + 1:
+        parser.error(
+            f"--gen-len {args.gen_len} leaves no draft step of K={k} tokens: "
+            f"use --gen-len {k + 1} or more"
+        )
+    else:
+        try:
+            check_length(raw, args.prompt_len, args.gen_len)
+        except ValueError as exc:
+            parser.error(str(exc))
     target, plen, seqs = target_and_sequences(
         path,
         args.num_prompts,
@@ -161,8 +199,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         args.continuations,
         dtype,
         args.device,
-        sequences_file=args.sequences,
         vllm_dtype=args.vllm_dtype,
+        sequences=given,
     )
     report = checkpoint_acceptance(
         path, seqs, plen, dtype, args.device, target, args.num_tokens

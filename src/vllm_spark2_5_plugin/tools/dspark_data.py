@@ -9,6 +9,7 @@ See ``docs/dspark_training.md``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -27,6 +28,59 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+
+
+# -- command-line values ---------------------------------------------------------------
+
+
+def int_at_least(minimum: int):
+    """An argparse ``type``: an integer ``>= minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def device_name(text: str) -> str:
+    """An argparse ``type``: ``cpu`` or ``cuda[:N]`` of a CUDA device present."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {text!r}")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: CUDA is not available on this machine; use cpu"
+            )
+        if device.index is not None and device.index >= count:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {count} CUDA device(s), 0..{count - 1}"
+            )
+    return text
+
+
+def check_length(raw: dict, prompt_len: int, gen_len: int) -> None:
+    """``ValueError`` when ``prompt_len + gen_len`` tokens exceed the target's
+    ``max_position_embeddings`` (the longest sequence vLLM would serve)."""
+    limit = raw.get("max_position_embeddings")
+    if limit is not None and prompt_len + gen_len > limit:
+        raise ValueError(
+            f"--prompt-len {prompt_len} + --gen-len {gen_len} = "
+            f"{prompt_len + gen_len} tokens exceed the model's "
+            f"max_position_embeddings {limit}; shorten them"
+        )
 
 
 # -- prompts and the target's greedy continuations -------------------------------------
@@ -169,18 +223,59 @@ def stacked_target_features(
 # -- sequences: generated or from a file -----------------------------------------------
 
 
-def read_sequences(path: Path, take: int | None = None) -> tuple[int, list[list[int]]]:
+def read_sequences(
+    path: Path,
+    take: int | None = None,
+    vocab_size: int | None = None,
+    min_new: int = 0,
+    max_len: int | None = None,
+) -> tuple[int, list[list[int]]]:
     """``(prompt_len, sequences)`` of a ``{"prompt_len", "sequences"}`` file.
 
     ``take``: the first ``take`` sequences, which must exist and share one
-    length (``None``: all of them, unchecked).
+    length (``None``: all of them, of any length). ``ValueError`` naming the
+    file and the fault: no such file, not JSON, a missing or malformed field,
+    ``prompt_len < 1``, a sequence of fewer than ``prompt_len + min_new`` or
+    more than ``max_len`` tokens, a token id outside ``0 .. vocab_size-1``.
     """
-    given = json.loads(path.read_text())
+    try:
+        given = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable JSON file: {exc}") from None
+    if not isinstance(given, dict) or not {"prompt_len", "sequences"} <= set(given):
+        raise ValueError(f'{path}: expected {{"prompt_len": P, "sequences": [...]}}')
     plen, seqs = given["prompt_len"], given["sequences"]
+    if type(plen) is not int or plen < 1:
+        raise ValueError(f"{path}: prompt_len must be a positive integer, got {plen!r}")
+    if not isinstance(seqs, list) or not seqs:
+        raise ValueError(f"{path}: sequences must be a non-empty list of id lists")
+    for i, seq in enumerate(seqs):
+        if not isinstance(seq, list) or not all(type(t) is int for t in seq):
+            raise ValueError(f"{path}: sequence {i} is not a list of token ids")
     if take is not None:
         if len(seqs) < take or len(set(map(len, seqs))) != 1:
             raise ValueError(f"{path}: need {take} sequences of one length")
         seqs = seqs[:take]
+    for i, seq in enumerate(seqs):
+        if len(seq) < plen + min_new:
+            raise ValueError(
+                f"{path}: sequence {i} has {len(seq)} tokens; prompt_len {plen} "
+                f"and {min_new} more are needed"
+            )
+        if max_len is not None and len(seq) > max_len:
+            raise ValueError(
+                f"{path}: sequence {i} has {len(seq)} tokens, more than the "
+                f"model's max_position_embeddings {max_len}"
+            )
+        if vocab_size is not None:
+            bad = next((t for t in seq if not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise ValueError(
+                    f"{path}: sequence {i} has token id {bad}, outside the "
+                    f"model's 0..{vocab_size - 1}"
+                )
     return plen, seqs
 
 
@@ -203,10 +298,12 @@ def target_and_sequences(
     gpu_memory_utilization: float = 0.8,
     vllm_dtype: str = "auto",
     held_out: int = 0,
+    sequences: tuple[int, list[list[int]]] | None = None,
 ) -> tuple[Spark2_5Reference, int, list[list[int]]]:
     """The reference target of checkpoint ``path`` and ``prompt + continuation``
-    sequences: read from ``sequences_file`` (see :func:`read_sequences`), else
-    ``num`` seeded random prompts and their greedy continuations.
+    sequences: ``sequences`` (``(prompt_len, sequences)`` already read), or read
+    from ``sequences_file`` (see :func:`read_sequences`), else ``num`` seeded
+    random prompts and their greedy continuations.
 
     vLLM generates before the reference target is loaded, so that the two
     never hold GPU memory at once; it continues the first ``held_out`` prompts
@@ -214,7 +311,9 @@ def target_and_sequences(
     ``(target, prompt_len, sequences)``.
     """
     seqs = None
-    if sequences_file is not None:
+    if sequences is not None:
+        prompt_len, seqs = sequences
+    elif sequences_file is not None:
         prompt_len, seqs = read_sequences(sequences_file, take)
     else:
         vocab = json.loads((path / "config.json").read_text())["vocab_size"]

@@ -42,6 +42,10 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    check_length,
+    device_name,
+    int_at_least,
+    read_sequences,
     stacked_target_features,
     target_and_sequences,
     write_sequences,
@@ -143,6 +147,27 @@ def _layer_types(text: str) -> list[str]:
         ) from None
 
 
+def _number(minimum: float, above: bool = False, most: float | None = None):
+    """An argparse ``type``: a finite float ``>= minimum`` (``> minimum`` with
+    ``above``) and ``<= most``."""
+    low = f"{'above' if above else 'at least'} {minimum:g}"
+    want = low if most is None else f"{low} and at most {most:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number, got {text!r}"
+            ) from None
+        ok = value > minimum if above else value >= minimum
+        if not (ok and math.isfinite(value) and (most is None or value <= most)):
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = p.add_argument
@@ -151,30 +176,38 @@ def build_parser() -> argparse.ArgumentParser:
         "output", type=Path, help="where to write the checkpoint with the trained draft"
     )
     add("--seed", type=int, default=0)
-    add("--steps", type=int, default=1000)
-    add("--num-prompts", type=int, default=64, help="training sequences")
+    add("--steps", type=int_at_least(0), default=1000)
+    add("--num-prompts", type=int_at_least(1), default=64, help="training sequences")
     add(
         "--eval-prompts",
-        type=int,
+        type=int_at_least(0),
         default=8,
         help="held-out sequences, drawn before the training ones (0: no eval)",
     )
-    add("--prompt-len", type=int, default=64)
-    add("--gen-len", type=int, default=256)
-    add("--lr", type=float, default=1e-3)
-    add("--weight-decay", type=float, default=0.0)
-    add("--warmup", type=int, default=50)
+    add("--prompt-len", type=int_at_least(1), default=64)
+    add("--gen-len", type=int_at_least(2), default=256)
+    add("--lr", type=_number(0), default=1e-3)
+    add("--weight-decay", type=_number(0), default=0.0)
+    add("--warmup", type=int_at_least(0), default=50)
     add("--schedule", choices=["cosine", "constant"], default="cosine")
-    add("--batch-anchors", type=int, default=256, help="anchors (blocks) per step")
-    add("--anchors-per-seq", type=int, default=64)
-    add("--position-decay", type=float, default=1.0, help="loss weight decay**i")
-    add("--confidence-weight", type=float, default=1.0)
-    add("--clip", type=float, default=1.0)
-    add("--log-every", type=int, default=25)
-    add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add("--batch-anchors", type=int_at_least(1), default=256, help="anchors per step")
+    add("--anchors-per-seq", type=int_at_least(1), default=64)
+    add("--position-decay", type=_number(0), default=1.0, help="loss weight decay**i")
+    add("--confidence-weight", type=_number(0), default=1.0)
+    add("--clip", type=_number(0, above=True), default=1.0)
+    add("--log-every", type=int_at_least(1), default=25)
+    add(
+        "--device",
+        type=device_name,
+        default="cuda" if torch.cuda.is_available() else "cpu",
+    )
     add("--dtype", choices=["float32", "bfloat16", "float64"], default="float32")
     add("--continuations", choices=["reference", "vllm"], default="reference")
-    add("--vllm-gpu-memory-utilization", type=float, default=0.8)
+    add(
+        "--vllm-gpu-memory-utilization",
+        type=_number(0, above=True, most=1),
+        default=0.8,
+    )
     add("--vllm-dtype", default="auto", help="dtype of the vLLM continuations")
     add("--init-draft", choices=["checkpoint", "random", "target"], default=None)
     add("--block-size", type=int)
@@ -209,6 +242,11 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
         raise SystemExit("the output directory must not contain or be inside the input")
+    existing = next(p for p in (dst, *dst.parents) if p.exists())
+    if not existing.is_dir():
+        raise SystemExit(
+            f"{existing} is a file, not a directory; name a directory as the output"
+        )
     replace_output = dst.exists() and any(dst.iterdir())
     if replace_output and not args.overwrite:
         raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
@@ -243,6 +281,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
             "--draft-layer-types, --draft-sliding-window or --noise-token-id"
         ) from None
+    given = check_data_options(args, raw, cfg.block_size, replace_output)
     if replace_output:
         # Only now that the input and the settings passed their checks.
         shutil.rmtree(dst)
@@ -252,7 +291,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     )
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        summary = _run(args, raw, cfg, init, prefix_in)
+        summary = _run(args, raw, cfg, init, prefix_in, given)
     finally:
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     (dst / "train_dspark.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -260,7 +299,65 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
+def check_data_options(
+    args: argparse.Namespace, raw: dict[str, Any], block_size: int, replace_output: bool
+) -> tuple[int, list[list[int]]] | None:
+    """``SystemExit`` naming the option when the data options cannot work:
+    sequences too short for an anchor (or, with held-out ones, for a draft
+    step of ``block_size`` tokens) or longer than the target's positions, a
+    ``--sequences`` file that cannot be trained on (it is read and checked
+    here, and returned), a ``--save-sequences`` path that cannot be written."""
+    # An anchor needs the token after it; a replayed draft step, K + 1 tokens.
+    min_new = max(2, block_size + 1) if args.eval_prompts else 2
+    given = None
+    if args.sequences is not None:
+        try:
+            given = read_sequences(
+                args.sequences,
+                take=args.num_prompts + args.eval_prompts,
+                vocab_size=raw.get("vocab_size"),
+                min_new=min_new,
+                max_len=raw.get("max_position_embeddings"),
+            )
+        except ValueError as exc:
+            raise SystemExit(f"--sequences: {exc}") from None
+    elif args.gen_len < min_new:
+        raise SystemExit(
+            f"--gen-len {args.gen_len} leaves the held-out acceptance no draft "
+            f"step of {block_size} tokens: use --gen-len {min_new} or more, or "
+            "--eval-prompts 0"
+        )
+    else:
+        try:
+            check_length(raw, args.prompt_len, args.gen_len)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+    save = args.save_sequences
+    if save is not None:
+        if save.is_dir() or not save.parent.is_dir():
+            raise SystemExit(
+                f"--save-sequences {save}: name a file in an existing directory"
+            )
+        if replace_output and args.output.resolve() in save.resolve().parents:
+            raise SystemExit(
+                f"--save-sequences {save} is inside the output, which --overwrite "
+                "deletes; write it elsewhere"
+            )
+        if args.sequences is not None and save.resolve() == args.sequences.resolve():
+            raise SystemExit(
+                "--save-sequences would overwrite the --sequences file; name another"
+            )
+    return given
+
+
+def _run(
+    args,
+    raw,
+    cfg: DraftConfig,
+    init: str,
+    prefix_in: str | None,
+    given: tuple[int, list[list[int]]] | None = None,
+) -> dict:
     t_start = time.time()
     times: dict[str, float] = {}
     torch.manual_seed(args.seed)
@@ -278,8 +375,7 @@ def _run(args, raw, cfg: DraftConfig, init: str, prefix_in: str | None) -> dict:
         args.continuations,
         dtype,
         device,
-        sequences_file=args.sequences,
-        take=n_all,
+        sequences=given,
         gpu_memory_utilization=args.vllm_gpu_memory_utilization,
         vllm_dtype=args.vllm_dtype,
         held_out=n_eval,
