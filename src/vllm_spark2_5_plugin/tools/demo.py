@@ -17,19 +17,14 @@ import os
 import tempfile
 from pathlib import Path
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from vllm_spark2_5_plugin.tools.dspark_data import int_at_least
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a Spark2_5 checkpoint (default: tiny random)")
     parser.add_argument("--prompt", default="The weather in Paris is")
-    parser.add_argument("--max-tokens", type=_positive_int, default=24)
+    parser.add_argument("--max-tokens", type=int_at_least(1), default=24)
     args = parser.parse_args(argv)
     if args.model is not None:
         from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
