@@ -1060,7 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.checkpoint.name}-{args.in_tree_arch}"
             )
             if not (model / "config.json").exists():
-                from vllm_spark2_5_plugin.tools.make_checkpoint import write_in_tree
+                from vllm_spark2_5_plugin.tools.in_tree_checkpoint import write_in_tree
 
                 print(f"== intree: writing {args.in_tree_arch} copy to {model}")
                 write_in_tree(args.checkpoint, model, args.in_tree_arch)

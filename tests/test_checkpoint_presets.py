@@ -224,3 +224,131 @@ def test_vllm_loads_and_generates_from_the_mini_checkpoint(mini: Path):
     # independent reference: tokens and reported logprobs.
     steps = [{t: lp.logprob for t, lp in step.items()} for step in out.logprobs]
     assert_matches_reference(mini, [(list(out.token_ids), steps)], [prompt])
+
+
+# -- bad input: one clear line, nothing of the user's replaced ---------------------
+
+
+def _refused(capsys, main, argv: list[str]) -> str:
+    """The message of a command that must stop with an error (not a
+    traceback, not exit 0)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code not in (0, None)
+    code = exc.value.code if isinstance(exc.value.code, str) else ""
+    return code + capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["--set", "hidden_size=abc"], "hidden_size"),
+        (["--set", "dspark_target_layer_ids=[9]"], "dspark_target_layer_ids"),
+        (["--set", "dspark_markov_head_type=foo"], "dspark_markov_head_type"),
+        (["--set", "num_hidden_layer=2"], "num_hidden_layer"),
+        (["--set", "num_hidden_layers=0"], "num_hidden_layers"),
+        (["--set", "num_hidden_layers=-1"], "num_hidden_layers"),
+        (["--set", "vocab_size=100"], "vocab_size"),
+        (["--set", "dspark_block_size=0"], "dspark_block_size"),
+        (["--set", "eos_token_id=3"], "eos_token_id"),
+        (["--no-dspark", "--set", "dspark_block_size=4"], "dspark_block_size"),
+        (["--branch-scale", "-1"], "branch-scale"),
+    ],
+)
+def test_bad_fields_are_refused_before_overwrite_empties_the_path(
+    tmp_path: Path, capsys, given, named
+):
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    argv = [str(out), "--preset", "mini", "--dtype", "float32", "--overwrite"]
+    assert named in _refused(capsys, main, [*argv, *given])
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_set_overrides_give_a_checkpoint_the_plugin_reads(tmp_path: Path):
+    """A new depth brings its own layer types and draft target layers; an
+    alias sets the canonical field; a null draft field gets the default."""
+    from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    sets = ["num_hidden_layers=2", "block_size=5", "dspark_layer_types=null"]
+    argv = [str(tmp_path / "c"), "--preset", "mini", "--dtype", "float32"]
+    main([*argv, *(a for s in sets for a in ("--set", s))])
+    raw = json.loads((tmp_path / "c" / "config.json").read_text())
+    settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
+    assert raw["layer_types"] == [SLIDING, SLIDING]
+    assert settings.block_size == 5 and max(settings.target_layer_ids) <= 1
+    assert settings.layer_types == (SLIDING,)
+    assert parameter_count(raw)["draft"] > 0
+
+
+def test_in_tree_only_needs_an_in_tree_architecture(tmp_path: Path, capsys):
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    assert "--in-tree" in _refused(capsys, main, [str(tmp_path), "--in-tree-only"])
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (None, "no config.json"),
+        ("{bad", "not valid JSON"),
+        ('{"model_type": "llama", "hidden_size": 64}', "not a Spark2_5 checkpoint"),
+        ("copy", "not a Spark2_5 checkpoint"),  # complete, but not Spark2_5
+    ],
+)
+def test_in_tree_refuses_what_is_not_a_spark2_5_checkpoint(
+    tmp_path: Path, capsys, mini: Path, config, named
+):
+    import shutil
+
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    src = tmp_path / "src"
+    if config == "copy":
+        shutil.copytree(mini, src)
+        raw = json.loads((src / "config.json").read_text())
+        (src / "config.json").write_text(json.dumps({**raw, "model_type": "llama"}))
+    elif config is not None:
+        src.mkdir()
+        (src / "config.json").write_text(config)
+    argv = [str(src), "--in-tree-only", "--in-tree", "llama"]
+    assert named in _refused(capsys, main, argv)
+    assert not (tmp_path / "src-llama").exists()
+
+
+def test_in_tree_output_is_checked_before_anything_is_written(tmp_path: Path, capsys):
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    (tmp_path / "m-llama").mkdir()
+    (tmp_path / "m-llama" / "keep.txt").write_text("mine")
+    argv = [str(tmp_path / "m"), "--preset", "mini", "--in-tree", "llama"]
+    message = _refused(capsys, main, argv)
+    assert "m-llama is not empty; pass --overwrite" in message
+    assert not (tmp_path / "m").exists()
+    assert (tmp_path / "m-llama" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("under", [False, True], ids=["file", "below-a-file"])
+def test_tiny_maker_refuses_a_path_that_is_or_is_below_a_file(
+    tmp_path: Path, capsys, under
+):
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    path = afile / "sub" if under else afile
+    assert "is a file" in _refused(capsys, main, [str(path), "--overwrite"])
+    assert afile.read_text() == "mine"
+
+
+def test_tiny_makers_dspark_flag_with_a_preset_says_why(tmp_path: Path, capsys):
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    argv = [str(tmp_path / "m"), "--preset", "mini", "--dspark"]
+    assert "--dspark does not combine with --preset" in _refused(capsys, main, argv)
+    assert not (tmp_path / "m").exists()

@@ -14,9 +14,34 @@ from pathlib import Path
 
 import torch
 
-from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS
+from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS, Spark2_5Config
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
+from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
 from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS, prepare_dir
+
+
+def _weight_files(spark_dir: Path, num_layers: int) -> list[Path]:
+    """The checkpoint's weight files; ``SystemExit`` when it has none, or
+    lacks a tensor the copies are built from."""
+    from safetensors import safe_open
+
+    files = sorted(spark_dir.glob("*.safetensors"))
+    if not files:
+        raise SystemExit(f"{spark_dir} has no *.safetensors weights to copy")
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            names.update(f.keys())
+    needed = ["model.embed_tokens.weight", "model.norm.weight"] + [
+        f"model.layers.{i}.post_attention_layernorm.weight" for i in range(num_layers)
+    ]
+    missing = [name for name in needed if name not in names]
+    if missing:
+        raise SystemExit(
+            f"{spark_dir} is not a complete Spark2_5 checkpoint: no tensor "
+            f"{missing[0]} ({len(missing)} missing)"
+        )
+    return files
 
 
 def write_in_tree(
@@ -24,6 +49,8 @@ def write_in_tree(
 ) -> Path:
     """Copy a Spark2_5 checkpoint's target into a vLLM in-tree architecture of
     equal shapes, with the same tokenizer (draft tensors are left out).
+    ``SystemExit`` naming the problem when ``spark_dir`` is not a complete
+    Spark2_5 checkpoint, before ``out_dir`` is touched.
 
     * ``llama``: ``LlamaForCausalLM`` with ``layer_types``/``sliding_window``
       (vLLM's Llama reads both), the Spark2_5 tensors minus the head gate
@@ -40,10 +67,15 @@ def write_in_tree(
     if arch not in IN_TREE_ARCHS:
         raise ValueError(f"unknown in-tree architecture {arch!r}: {IN_TREE_ARCHS}")
     spark_dir, out_dir = Path(spark_dir), Path(out_dir)
-    raw = json.loads((spark_dir / "config.json").read_text())
+    raw = read_target_config(spark_dir)
+    try:  # the fields' defaults filled in, and checked
+        spark = Spark2_5Config.from_dict(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{spark_dir / 'config.json'}: {exc}") from None
+    files = _weight_files(spark_dir, spark.num_hidden_layers)
     prepare_dir(out_dir, overwrite)
     shapes = {
-        key: raw[key]
+        key: getattr(spark, key)
         for key in (
             *SIZE_FIELDS,
             "layer_types",
@@ -83,7 +115,7 @@ def write_in_tree(
             architectures=["Gemma3ForCausalLM"],
             hidden_activation="gelu_pytorch_tanh",
             rope_parameters=rope,
-            query_pre_attn_scalar=raw["head_dim"],
+            query_pre_attn_scalar=spark.head_dim,
             final_logit_softcapping=None,
             attn_logit_softcapping=None,
             dtype=dtype,
@@ -93,7 +125,6 @@ def write_in_tree(
     config.save_pretrained(out_dir)
 
     tensors: dict[str, torch.Tensor] = {}
-    files = sorted(spark_dir.glob("*.safetensors"))
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
@@ -104,18 +135,18 @@ def write_in_tree(
         ref = tensors["model.norm.weight"]
         for key in [k for k in tensors if k.endswith("norm.weight")]:
             tensors[key] = (tensors[key].float() - 1.0).to(ref.dtype)
-        for i in range(raw["num_hidden_layers"]):
+        for i in range(spark.num_hidden_layers):
             p = f"model.layers.{i}."
             # Spark2_5's pre-MLP norm is Gemma's pre_feedforward_layernorm.
             tensors[f"{p}pre_feedforward_layernorm.weight"] = tensors.pop(
                 f"{p}post_attention_layernorm.weight"
             )
-            zeros = torch.zeros(raw["hidden_size"], dtype=ref.dtype)
+            zeros = torch.zeros(spark.hidden_size, dtype=ref.dtype)
             tensors[f"{p}post_attention_layernorm.weight"] = zeros.clone()
             tensors[f"{p}post_feedforward_layernorm.weight"] = zeros.clone()
             for qk in ("q_norm", "k_norm"):
                 tensors[f"{p}self_attn.{qk}.weight"] = torch.zeros(
-                    raw["head_dim"], dtype=ref.dtype
+                    spark.head_dim, dtype=ref.dtype
                 )
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     for item in spark_dir.iterdir():

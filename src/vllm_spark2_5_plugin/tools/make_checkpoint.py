@@ -37,7 +37,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import difflib
 import json
+import math
 import random
 import time
 from importlib import resources
@@ -46,14 +49,21 @@ from typing import Any
 
 import torch
 
+from vllm_spark2_5_plugin.configs.checks import is_positive_int
+from vllm_spark2_5_plugin.configs.dspark import DSparkSettings, read_dspark_settings
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import (
     DRAFT_WEIGHT_PREFIXES,
+    DSPARK_ALIASES,
+    DSPARK_FIELDS,
     FULL,
     SLIDING,
 )
+from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     EOS_TOKEN,
     NOISE_TOKEN,
+    SPECIAL_TOKENS,
     TOKENIZER_CORPUS,
     add_checkpoint_arguments,
     build_tokenizer,
@@ -149,6 +159,69 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
+#: Fields the tokenizer decides.
+TOKEN_ID_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id")
+#: The fields an override may set: Spark2_5Config's own and the draft's
+#: (aliases included).
+SETTABLE_FIELDS = frozenset(
+    (
+        {f.name for f in dataclasses.fields(Spark2_5Config)}
+        & set(Spark2_5Config.__annotations__)
+    )
+    - set(TOKEN_ID_FIELDS)
+) | frozenset(DSPARK_FIELDS)
+
+
+def preset_fields(
+    preset: str, dspark: bool, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """The config fields of ``preset`` (with its draft's when ``dspark``)
+    replaced by ``overrides``; ``ValueError`` naming a field the checkpoint
+    cannot have. A new ``num_hidden_layers`` also gets the preset's layer
+    types and draft target layers for that depth, unless given."""
+    canonical = {alias: name for name, alias in DSPARK_ALIASES.items()}
+    given: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = canonical.get(key, key)
+        if name in TOKEN_ID_FIELDS:
+            raise ValueError(f"{key} is taken from the tokenizer; it cannot be set")
+        if name not in SETTABLE_FIELDS:
+            close = difflib.get_close_matches(name, sorted(SETTABLE_FIELDS), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see Spark2_5Config"
+            raise ValueError(f"unknown config field {key!r} ({hint})")
+        if not dspark and name in DSPARK_FIELDS:
+            raise ValueError(
+                f"{key} configures the DSpark draft, which this checkpoint leaves "
+                "out (--no-dspark); drop one of the two"
+            )
+        if name in given and given[name] != value:
+            raise ValueError(f"{name} is given twice, as {given[name]!r} and {value!r}")
+        given[name] = value
+    spec = copy.deepcopy(PRESETS[preset])
+    fields = spec["config"]
+    if dspark:
+        fields.update(spec["dspark"])
+    fields.update(given)
+    layers = fields["num_hidden_layers"]
+    if "num_hidden_layers" in given and is_positive_int(layers):
+        if "layer_types" not in given:
+            fields["layer_types"] = _layer_types(layers)
+        if dspark and "dspark_target_layer_ids" not in given:
+            fields["dspark_target_layer_ids"] = _target_layer_ids(layers)
+    return fields
+
+
+def check_fields(fields: dict[str, Any], draft: bool) -> DSparkSettings | None:
+    """Check ``fields`` as the plugin will read the written config.json:
+    ``Spark2_5Config``, and with a ``draft`` the DSpark checks (whose settings
+    are returned). ``ValueError`` naming the first bad field."""
+    try:
+        config = Spark2_5Config(**copy.deepcopy(fields))
+    except TypeError as exc:  # e.g. a list where a dict belongs
+        raise ValueError(f"a config field has the wrong type: {exc}") from None
+    return read_dspark_settings(config) if draft else None
+
+
 # -- parameter count -----------------------------------------------------------
 
 
@@ -172,7 +245,7 @@ def parameter_count(config: dict[str, Any]) -> dict[str, int]:
     if not config.get("tie_word_embeddings", False):
         target += v * h
     draft = 0
-    if config.get("dspark_block_size"):
+    if config.get("dspark_markov_rank") is not None:
         rank = config["dspark_markov_rank"]
         n_aux = len(config["dspark_target_layer_ids"])
         draft = n_aux * h * h + h  # main_proj, main_norm
@@ -241,6 +314,12 @@ def synthetic_corpus(num_words: int, seed: int = 0) -> list[str]:
 def build_preset_tokenizer(vocab_size: int, seed: int = 0):
     """A byte-level BPE with exactly ``vocab_size`` tokens (special tokens
     included), trained on :func:`synthetic_corpus`."""
+    smallest = 256 + len(SPECIAL_TOKENS)  # every byte, and the special tokens
+    if vocab_size < smallest:
+        raise ValueError(
+            f"vocab_size must be at least {smallest} (the byte-level tokenizer's "
+            f"256 bytes and {len(SPECIAL_TOKENS)} special tokens), got {vocab_size}"
+        )
     corpus = synthetic_corpus(max(4000, 12 * vocab_size), seed)
     tokenizer = build_tokenizer(vocab_size, corpus)
     if len(tokenizer) != vocab_size:
@@ -263,6 +342,21 @@ def write_common_files(path: Path, tokenizer) -> None:
     )
 
 
+def _branch_scale(value: float | str) -> float | str:
+    """A residual-branch scale: a positive number, or ``"gpt2"``."""
+    if value == "gpt2":
+        return value
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"branch_scale must be a positive number or gpt2, got {value!r}"
+        )
+    return scale
+
+
 def make_checkpoint(
     path: str | Path,
     preset: str = "small",
@@ -279,7 +373,8 @@ def make_checkpoint(
 
     ``overrides`` replace config fields (``dspark_*`` ones the draft's);
     ``branch_scale`` (a number or ``"gpt2"``) overrides the preset's scale of
-    the residual-branch outputs.
+    the residual-branch outputs. Every input is checked (``ValueError`` naming
+    the field) before ``path`` is touched.
     """
     from safetensors.torch import save_file
 
@@ -287,22 +382,21 @@ def make_checkpoint(
         raise ValueError(f"unknown preset {preset!r}; choose from {list(PRESETS)}")
     if dspark_prefix not in DRAFT_WEIGHT_PREFIXES:
         raise ValueError(f"dspark_prefix must be one of {list(DRAFT_WEIGHT_PREFIXES)}")
-    spec = copy.deepcopy(PRESETS[preset])
-    path = Path(path)
-    prepare_dir(path, overwrite)
     times: dict[str, float] = {}
 
     start = time.perf_counter()
-    fields = dict(spec["config"])
-    if dspark:
-        fields.update(spec["dspark"])
-    fields.update(overrides)
-    if "num_hidden_layers" in overrides and "layer_types" not in overrides:
-        fields["layer_types"] = _layer_types(fields["num_hidden_layers"])
-    scale = spec["branch_scale"] if branch_scale is None else branch_scale
+    fields = preset_fields(preset, dspark, overrides)
+    # The noise token's id comes from the tokenizer, so it is inside the
+    # vocabulary; 0 stands in for it until then.
+    settings = check_fields({"dspark_noise_token_id": 0, **fields}, dspark)
+    if settings is not None:  # a field given as null: write what the plugin reads
+        fields["dspark_markov_head_type"] = settings.markov_head_type
+        fields["dspark_enable_confidence_head"] = settings.enable_confidence_head
+        fields["dspark_layer_types"] = list(settings.layer_types)
+    scale = PRESETS[preset]["branch_scale"] if branch_scale is None else branch_scale
     if scale == "gpt2":
         scale = (2 * fields["num_hidden_layers"]) ** -0.5
-    scale = float(scale)
+    scale = _branch_scale(scale)
     tokenizer = build_preset_tokenizer(fields["vocab_size"], seed)
     times["tokenizer_s"] = time.perf_counter() - start
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
@@ -311,6 +405,8 @@ def make_checkpoint(
             "dspark_noise_token_id", tokenizer.convert_tokens_to_ids(NOISE_TOKEN)
         )
     config = checkpoint_config(fields, eos_id, dtype)
+    path = Path(path)
+    prepare_dir(path, overwrite)
     config.save_pretrained(path)
 
     start = time.perf_counter()
@@ -354,6 +450,13 @@ def make_checkpoint(
 IN_TREE_ARCHS = ("llama", "gemma3")
 
 
+def in_tree_path(path: Path, arch: str) -> Path:
+    """``PATH-ARCH``: the directory beside ``path`` for its ``arch`` copy."""
+    if path.name in ("", ".."):  # "." or "..": name the directory itself
+        path = path.resolve()
+    return path.with_name(f"{path.name}-{arch}")
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     out = {}
     for item in items:
@@ -367,8 +470,17 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _branch_scale_arg(value: str) -> float | str:
+    try:
+        return _branch_scale(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     add_checkpoint_arguments(parser, default_dtype="bfloat16")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
     parser.add_argument(
@@ -376,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--branch-scale",
-        type=lambda v: v if v == "gpt2" else float(v),
+        type=_branch_scale_arg,
         help="scale of the target's o_proj/down_proj: a number (1 = the tiny "
         "maker's) or gpt2 = 1/sqrt(2*layers) (the presets' default)",
     )
@@ -401,20 +513,43 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     path = Path(args.path)
-    if not args.in_tree_only:
+    # Every input is checked before anything is written or replaced.
+    outs = {arch: in_tree_path(path, arch) for arch in dict.fromkeys(args.in_tree)}
+    if args.in_tree_only:
+        if not outs:
+            parser.error("--in-tree-only writes only the --in-tree copies; name one")
+        for flag, used in (
+            ("--set", args.set),
+            ("--no-dspark", args.no_dspark),
+            ("--branch-scale", args.branch_scale is not None),
+        ):
+            if used:
+                parser.error(f"{flag} does not apply with --in-tree-only")
+        read_target_config(path)
+    else:
         refuse_non_empty(parser, args)
+    for out in outs.values():
+        refuse_non_empty(parser, args, out)
+    if not args.in_tree_only:
         start = time.perf_counter()
-        make_checkpoint(
-            path,
-            args.preset,
-            seed=args.seed,
-            dtype=getattr(torch, args.dtype),
-            dspark=not args.no_dspark,
-            dspark_prefix=args.dspark_prefix,
-            branch_scale=args.branch_scale,
-            overwrite=args.overwrite,
-            **_parse_set(args.set),
-        )
+        try:
+            make_checkpoint(
+                path,
+                args.preset,
+                seed=args.seed,
+                dtype=getattr(torch, args.dtype),
+                dspark=not args.no_dspark,
+                dspark_prefix=args.dspark_prefix,
+                branch_scale=args.branch_scale,
+                overwrite=args.overwrite,
+                **_parse_set(args.set),
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        except OSError as exc:
+            raise SystemExit(
+                f"could not write the checkpoint to {path}: {exc}"
+            ) from None
         summary = json.loads((path / "make_checkpoint.json").read_text())
         print(json.dumps(summary))
         print(
@@ -424,9 +559,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     from vllm_spark2_5_plugin.tools.in_tree_checkpoint import write_in_tree
 
-    for arch in args.in_tree:
-        out = path.with_name(f"{path.name}-{arch}")
-        write_in_tree(path, out, arch, overwrite=args.overwrite)
+    for arch, out in outs.items():
+        try:
+            write_in_tree(path, out, arch, overwrite=args.overwrite)
+        except OSError as exc:
+            raise SystemExit(
+                f"could not write the {arch} copy to {out}: {exc}"
+            ) from None
         print(f"wrote the {arch} copy of {path} to {out}")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -331,7 +332,10 @@ def add_checkpoint_arguments(
 
 def prepare_dir(path: Path, overwrite: bool) -> None:
     """An empty directory at ``path``; a non-empty one is emptied only with
-    ``overwrite``, else ``FileExistsError``."""
+    ``overwrite``, else ``FileExistsError``. A file at ``path`` is never
+    replaced (``NotADirectoryError``)."""
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} is a file, not a directory")
     if path.exists() and any(path.iterdir()):
         if not overwrite:
             raise FileExistsError(f"{path} is not empty; pass overwrite=True")
@@ -339,26 +343,48 @@ def prepare_dir(path: Path, overwrite: bool) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
-def refuse_non_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Stop with a message when ``args.path`` holds files and ``--overwrite``
-    was not given: a maker never replaces a checkpoint unasked."""
-    path = Path(args.path)
-    busy = path.exists() and (not path.is_dir() or any(path.iterdir()))
-    if busy and not args.overwrite:
-        parser.error(f"{path} is not empty; pass --overwrite to replace it")
+def refuse_non_empty(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    path: str | Path | None = None,
+) -> None:
+    """Stop with a message when ``path`` (default ``args.path``) cannot become
+    a checkpoint directory: it holds files and ``--overwrite`` was not given
+    (a maker never replaces a checkpoint unasked), it or a parent is a file,
+    or it cannot be written."""
+    path = Path(args.path if path is None else path)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if existing == path and not path.is_dir():
+        parser.error(f"{path} is a file, not a directory; give a directory path")
+    if not existing.is_dir():
+        parser.error(f"{path} cannot be created: {existing} is a file")
+    if existing == path and any(path.iterdir()):
+        if not args.overwrite:
+            parser.error(f"{path} is not empty; pass --overwrite to replace it")
+        existing = path.parent  # where --overwrite removes and remakes it
+    if not os.access(existing, os.W_OK | os.X_OK):
+        parser.error(f"{path} cannot be written: {existing} is not writable")
 
 
 def main(argv: list[str] | None = None) -> None:
-    preset = argparse.ArgumentParser(add_help=False)
+    preset = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     preset.add_argument("--preset")
+    preset.add_argument("--dspark", action="store_true")
     known, _ = preset.parse_known_args(argv)
     if known.preset is not None:
+        if known.dspark:
+            preset.error(
+                "--dspark does not combine with --preset: a preset checkpoint has "
+                "its draft unless --no-dspark is given"
+            )
         # A named larger shape: its own options (see make_checkpoint --help).
         from vllm_spark2_5_plugin.tools import make_checkpoint
 
         make_checkpoint.main(argv)
         return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument(
         "--preset",
         help="write a larger named shape instead (see make_checkpoint --help)",
@@ -369,14 +395,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     refuse_non_empty(parser, args)
-    prepare_dir(Path(args.path), args.overwrite)
-    out = make_tiny_checkpoint(
-        args.path,
-        seed=args.seed,
-        dtype=getattr(torch, args.dtype),
-        dspark=args.dspark,
-        dspark_prefix=args.dspark_prefix,
-    )
+    try:
+        prepare_dir(Path(args.path), args.overwrite)
+        out = make_tiny_checkpoint(
+            args.path,
+            seed=args.seed,
+            dtype=getattr(torch, args.dtype),
+            dspark=args.dspark,
+            dspark_prefix=args.dspark_prefix,
+        )
+    except OSError as exc:
+        raise SystemExit(
+            f"could not write the checkpoint to {args.path}: {exc}"
+        ) from None
     print(f"wrote a tiny Spark2_5 checkpoint to {out}")
 
 
