@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -33,21 +34,31 @@ DTYPES = {
 # -- command-line values ---------------------------------------------------------------
 
 
-def int_at_least(minimum: int):
-    """An argparse ``type``: an integer ``>= minimum``."""
+def number_in_range(
+    kind: type, minimum: float, above: bool = False, most: float | None = None
+):
+    """An argparse ``type``: a finite ``kind`` (``int`` or ``float``) ``>=
+    minimum`` (``> minimum`` with ``above``) and ``<= most``."""
+    low = f"{'above' if above else 'at least'} {minimum:g}"
+    want = low if most is None else f"{low} and at most {most:g}"
+    noun = "an integer" if kind is int else "a number"
 
-    def parse(text: str) -> int:
+    def parse(text: str):
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer, got {text!r}"
-            ) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        ok = value > minimum if above else value >= minimum
+        if not (ok and math.isfinite(value) and (most is None or value <= most)):
+            raise argparse.ArgumentTypeError(f"must be {want}, got {value}")
         return value
 
     return parse
+
+
+def int_at_least(minimum: int):
+    """An argparse ``type``: an integer ``>= minimum``."""
+    return number_in_range(int, minimum)
 
 
 def device_name(text: str) -> str:

@@ -45,6 +45,7 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     check_length,
     device_name,
     int_at_least,
+    number_in_range,
     read_sequences,
     stacked_target_features,
     target_and_sequences,
@@ -148,24 +149,8 @@ def _layer_types(text: str) -> list[str]:
 
 
 def _number(minimum: float, above: bool = False, most: float | None = None):
-    """An argparse ``type``: a finite float ``>= minimum`` (``> minimum`` with
-    ``above``) and ``<= most``."""
-    low = f"{'above' if above else 'at least'} {minimum:g}"
-    want = low if most is None else f"{low} and at most {most:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a number, got {text!r}"
-            ) from None
-        ok = value > minimum if above else value >= minimum
-        if not (ok and math.isfinite(value) and (most is None or value <= most)):
-            raise argparse.ArgumentTypeError(f"must be {want}, got {text}")
-        return value
-
-    return parse
+    """An argparse ``type``: a finite float in range (``number_in_range``)."""
+    return number_in_range(float, minimum, above, most)
 
 
 def build_parser() -> argparse.ArgumentParser:
