@@ -219,19 +219,13 @@ def check_directories(src: Path, dst: Path) -> None:
     """``ValueError`` unless ``src`` is an unquantized Spark2_5 checkpoint
     directory with its weights and ``dst`` is a new or empty directory
     elsewhere, neither inside the other (the output never replaces a file)."""
-    config = src / "config.json"
-    if not config.is_file():
-        raise ValueError(f"{src} is not a checkpoint directory: no config.json")
+    from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
+
     try:
-        raw = json.loads(config.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{config} is not valid JSON: {exc}") from None
-    found = raw.get("model_type") if isinstance(raw, dict) else None
-    if found != "spark2_5":
-        raise ValueError(
-            f"{src} is not a Spark2_5 checkpoint (model_type {found!r}, "
-            "expected 'spark2_5')"
-        )
+        raw = read_target_config(src)
+    except SystemExit as exc:
+        raise ValueError(str(exc)) from None
+    config = src / "config.json"
     if "quantization_config" in raw:
         raise ValueError(
             f"{src} is already quantized ({config} has a quantization_config); "

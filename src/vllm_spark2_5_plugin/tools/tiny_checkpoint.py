@@ -343,27 +343,36 @@ def prepare_dir(path: Path, overwrite: bool) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def output_dir_problem(path: Path, overwrite: bool) -> str | None:
+    """Why ``path`` cannot become a checkpoint directory, or ``None``: it
+    holds files and ``overwrite`` is off (a maker never replaces a checkpoint
+    unasked), it or a parent is a file, or it cannot be written."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if existing == path and not path.is_dir():
+        return f"{path} is a file, not a directory; give a directory path"
+    if not existing.is_dir():
+        return f"{path} cannot be created: {existing} is a file, not a directory"
+    if existing == path and any(path.iterdir()):
+        if not overwrite:
+            return f"{path} is not empty; pass --overwrite to replace it"
+        existing = path.parent  # where --overwrite removes and remakes it
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path} cannot be written: {existing} is not writable"
+    return None
+
+
 def refuse_non_empty(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
     path: str | Path | None = None,
 ) -> None:
-    """Stop with a message when ``path`` (default ``args.path``) cannot become
-    a checkpoint directory: it holds files and ``--overwrite`` was not given
-    (a maker never replaces a checkpoint unasked), it or a parent is a file,
-    or it cannot be written."""
-    path = Path(args.path if path is None else path)
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if existing == path and not path.is_dir():
-        parser.error(f"{path} is a file, not a directory; give a directory path")
-    if not existing.is_dir():
-        parser.error(f"{path} cannot be created: {existing} is a file")
-    if existing == path and any(path.iterdir()):
-        if not args.overwrite:
-            parser.error(f"{path} is not empty; pass --overwrite to replace it")
-        existing = path.parent  # where --overwrite removes and remakes it
-    if not os.access(existing, os.W_OK | os.X_OK):
-        parser.error(f"{path} cannot be written: {existing} is not writable")
+    """Stop with :func:`output_dir_problem`'s message for ``path`` (default
+    ``args.path``), if any."""
+    problem = output_dir_problem(
+        Path(args.path if path is None else path), args.overwrite
+    )
+    if problem is not None:
+        parser.error(problem)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,6 +58,7 @@ from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
     initial_state,
     load_state,
 )
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import output_dir_problem
 
 # -- training --------------------------------------------------------------------------
 
@@ -227,14 +228,10 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
         raise SystemExit("the output directory must not contain or be inside the input")
-    existing = next(p for p in (dst, *dst.parents) if p.exists())
-    if not existing.is_dir():
-        raise SystemExit(
-            f"{existing} is a file, not a directory; name a directory as the output"
-        )
+    problem = output_dir_problem(dst, args.overwrite)
+    if problem is not None:
+        raise SystemExit(problem)
     replace_output = dst.exists() and any(dst.iterdir())
-    if replace_output and not args.overwrite:
-        raise SystemExit(f"{dst} is not empty; pass --overwrite to replace it")
     raw = read_target_config(src)
     shape = dict(
         block_size=args.block_size,
