@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -779,6 +780,25 @@ def test_acceptance_refuses_bad_input_before_any_work(
     extra = tuple(a.replace("{tmp}", str(tmp_path)) for a in extra)
     said = _refusal(capsys, lambda: acc.run([str(tiny), *extra]))
     assert re.search(message, said), said
+
+
+def test_acceptance_needs_a_block_size_or_num_tokens(
+    tmp_path, tiny, monkeypatch, capsys
+) -> None:
+    """A draft config without ``dspark_block_size``: K must be given, and a
+    bad DSpark field is named before any work."""
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    ckpt = tmp_path / "no-block"
+    shutil.copytree(tiny, ckpt)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw.pop("dspark_block_size", None)
+    raw.pop("block_size", None)
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    said = _refusal(capsys, lambda: acc.run([str(ckpt)]))
+    assert "sets no dspark_block_size; pass --num-tokens" in said, said
+    (ckpt / "config.json").write_text(json.dumps({**raw, "dspark_markov_rank": 0}))
+    said = _refusal(capsys, lambda: acc.run([str(ckpt), "--num-tokens", "4"]))
+    assert "dspark_markov_rank must be a positive integer, got 0" in said, said
 
 
 @pytest.mark.parametrize("where", ["parent", "child"])

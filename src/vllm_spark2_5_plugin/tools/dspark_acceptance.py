@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 
-from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, DSPARK_ALIASES
+from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -158,15 +160,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             f"{', '.join(DRAFT_WEIGHT_PREFIXES)}); train one into a copy with "
             "spark2_5-train-dspark IN OUT --init-draft target"
         )
-    k = args.num_tokens
+    try:  # the DSpark fields as vLLM reads them (aliases included)
+        settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
+    except ValueError as exc:
+        parser.error(f"{path}: {exc}")
+    k = args.num_tokens or settings.block_size
     if k is None:
-        k = raw.get("dspark_block_size")
-        k = raw.get(DSPARK_ALIASES["dspark_block_size"]) if k is None else k
-        if type(k) is not int or k < 1:
-            parser.error(
-                f"{path}: dspark_block_size is {k!r}, not a block size; pass "
-                "--num-tokens"
-            )
+        parser.error(f"{path} sets no dspark_block_size; pass --num-tokens")
     # Every sequence needs room for one draft step after its prompt: K + 1
     # tokens (a report of no drafts would read as acceptance length 1).
     given = None
