@@ -40,7 +40,11 @@ def _model(model_type: str):
         ("[1,2]", "JSON of type list"),
         ("42", "JSON of type int"),
         ('"a string"', "JSON of type str"),
-        ("1" * 5000, "not valid JSON"),  # past Python's int digit limit
+        # Past Python's int digit limit (valid JSON, which Python cannot read).
+        ("1" * 5000, "not readable: Exceeds the limit (4300 digits)"),
+        ('{"a": ' + "9" * 5000 + "}", "not readable: Exceeds the limit"),
+        # Past Python's recursion limit: was a 500 (RecursionError).
+        ('{"a":' * 1100 + "1" + "}" * 1100, "nested too deeply to read"),
         (["x"], "a list"),
     ],
 )

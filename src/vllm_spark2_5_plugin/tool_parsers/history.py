@@ -34,8 +34,12 @@ def _not_an_object(arguments: Any) -> str | None:
         return None  # no arguments, rendered as none
     try:
         parsed = json.loads(arguments)
-    except ValueError:  # invalid JSON, or a number past Python's digit limit
+    except json.JSONDecodeError:
         return "not valid JSON"
+    except ValueError as exc:  # a number past Python's digit limit
+        return f"not readable: {exc}"
+    except RecursionError:
+        return "nested too deeply to read"
     if isinstance(parsed, dict):
         return None
     return f"JSON of type {type(parsed).__name__}"
