@@ -364,3 +364,113 @@ def test_switch_turns_the_grammar_off(monkeypatch):
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
     request = _request("required", response_format={"type": "json_object"})
     assert _adjusted(request).structured_outputs is None
+
+
+def _function_tool(name, parameters, strict=None):
+    function = {"name": name, "parameters": parameters}
+    if strict is not None:
+        function["strict"] = strict
+    return {"type": "function", "function": function}
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "message"),
+    [
+        # xgrammar refuses the schema (it used to surface as vLLM's fallback
+        # backend's "Invalid grammar specification: 'triggers'", or break a
+        # stream): a 400 naming the tool and xgrammar's reason.
+        (
+            [
+                _function_tool("fine", {"type": "object", "properties": {}}),
+                _function_tool(
+                    "bounded",
+                    {
+                        "type": "object",
+                        "properties": {"a": {"type": "integer", "minimum": "abc"}},
+                    },
+                    strict=True,
+                ),
+            ],
+            "required",
+            r"tool 'bounded': its parameters schema cannot be turned into a "
+            r"grammar for the tool call \(Value must be a number\)",
+        ),
+        # required entries that are not names (was "unhashable type: 'list'").
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "type": "object",
+                        "properties": {"a": {"type": "integer"}},
+                        "required": [["a"]],
+                    },
+                )
+            ],
+            "required",
+            r"tool 'f': parameters.required must list property names \(strings\), "
+            r"got \['a'\]",
+        ),
+        # a required key the format cannot write (was a 200 whose call lacked
+        # it).
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "type": "object",
+                        "properties": {" a ": {"type": "integer"}},
+                        "required": [" a "],
+                    },
+                    strict=True,
+                )
+            ],
+            "required",
+            r"tool 'f': the required property ' a ' cannot be written",
+        ),
+        # two tools of one name (the grammar and the parser used the first).
+        (
+            [
+                _function_tool("f", {"type": "object", "properties": {}}),
+                _function_tool("f", {"type": "object", "required": ["a"]}),
+            ],
+            "auto",
+            r"the tool name\(s\) 'f' are given to more than one tool",
+        ),
+    ],
+    ids=["xgrammar-refuses", "required-not-names", "required-unwritable", "twice"],
+)
+def test_tools_the_grammar_cannot_honour_are_refused_naming_them(
+    tools, choice, message
+):
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match=message) as err:
+        _adjusted(_request(choice, tools=tools))
+    assert err.value.parameter == "tools"
+
+
+def test_allowed_tools_listing_no_offered_tool_says_so():
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.exceptions import VLLMValidationError
+
+    from vllm_spark2_5_plugin.tool_parsers.spark25 import constrain_tool_calls
+
+    request = ResponsesRequest(
+        model=MODEL,
+        input="hi",
+        tools=[{"type": "function", "name": "get", "parameters": None}],
+        tool_choice={
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [
+                {"type": "function", "name": "nope"},
+                {"type": "function", "name": ["not", "a", "name"]},
+            ],
+        },
+        stream=True,
+    )
+    with pytest.raises(
+        VLLMValidationError, match=r"offers none of those it lists \('nope'\)"
+    ):
+        constrain_tool_calls(request)

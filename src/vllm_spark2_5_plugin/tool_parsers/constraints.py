@@ -27,6 +27,7 @@ Imports xgrammar's format models only (no vLLM).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -208,12 +209,24 @@ def arguments_format(tool: ToolSpec) -> Any:
     required = (
         tool.parameters.get("required") if isinstance(tool.parameters, dict) else None
     )
-    required_keys = set(required) if isinstance(required, list) else set()
+    required_keys: set[str] = set()
+    if isinstance(required, list):
+        for key in required:
+            if not isinstance(key, str):
+                raise ValueError(
+                    f"tool {tool.name!r}: parameters.required must list property "
+                    f"names (strings), got {key!r}"
+                )
+        required_keys = set(required)
     elements: list[Any] = []
     for key, schema in properties.items():
-        if not isinstance(key, str) or not key or key != key.strip():
-            continue
-        if not _writable(key):
+        if not (isinstance(key, str) and key and key == key.strip() and _writable(key)):
+            if key in required_keys:
+                raise ValueError(
+                    f"tool {tool.name!r}: the required property {key!r} cannot be "
+                    "written in the spark25 format (a key holds no tag or "
+                    "turn-ending token and no surrounding whitespace)"
+                )
             continue
         pair = _pair(key, value_format(schema, tool.strict))
         elements.append(pair if key in required_keys else OptionalFormat(content=pair))
@@ -229,6 +242,20 @@ def call_tag(tool: ToolSpec) -> TagFormat:
         content=arguments_format(tool),
         end=names.TOOL_CALL_END,
     )
+
+
+def grammar_problem(tag: StructuralTag) -> str | None:
+    """Why xgrammar cannot build a grammar from ``tag`` (a schema it refuses,
+    such as a bound that is not a number), or ``None``."""
+    import xgrammar
+
+    try:
+        xgrammar.Grammar.from_structural_tag(tag.model_dump_json())
+    except Exception as exc:  # noqa: BLE001 - xgrammar's C++ checks raise RuntimeError
+        # "[08:01:58] /project/cpp/json_schema_converter.cc:4944: Value must be
+        # a number": the message without its time and source line.
+        return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(exc).strip())
+    return None
 
 
 def build_structural_tag(

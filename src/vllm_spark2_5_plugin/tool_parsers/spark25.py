@@ -50,6 +50,7 @@ from vllm_spark2_5_plugin.tool_parsers.constraints import (
     Mode,
     ToolSpec,
     build_structural_tag,
+    grammar_problem,
 )
 from vllm_spark2_5_plugin.tool_parsers.scanner import (
     ArgumentsEvent,
@@ -119,7 +120,8 @@ def forced_choice(tool_choice: Any) -> tuple[Mode, str, set[str] | None]:
         return "forced", f"function {tool_choice.name!r}", {tool_choice.name}
     if kind == "allowed_tools":
         # Responses API ToolChoiceAllowed: {"mode": ..., "tools": [{"name": ...}]}
-        names = {t.get("name") for t in getattr(tool_choice, "tools", None) or () if t}
+        items = getattr(tool_choice, "tools", None) or ()
+        names = [t.get("name") for t in items if isinstance(t, dict)]
         allowed = {n for n in names if isinstance(n, str)}
         if getattr(tool_choice, "mode", None) == "required":
             return "required", 'allowed_tools (mode "required")', allowed
@@ -171,13 +173,33 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
     if mode == "auto" and not any(spec.strict for spec in specs):
         return
     if not specs:
+        offered = "none"
+        if allowed is not None and tool_specs(request.tools):
+            listed = ", ".join(sorted(map(repr, allowed))) or "no function tool"
+            offered = f"none of those it lists ({listed})"
         raise VLLMValidationError(
             f"tool_choice {description} needs a function tool to call, "
-            "and the request offers none",
+            f"and the request offers {offered}",
             parameter="tool_choice",
         )
     single_call = getattr(request, "parallel_tool_calls", None) is False
-    tag = build_structural_tag(specs, mode, single_call).model_dump_json()
+    try:
+        structural_tag = build_structural_tag(specs, mode, single_call)
+    except ValueError as exc:  # a schema the format cannot constrain
+        raise VLLMValidationError(str(exc), parameter="tools") from None
+    problem = grammar_problem(structural_tag)
+    if problem is not None:
+        culprit = next(
+            spec.name
+            for spec in specs
+            if grammar_problem(build_structural_tag([spec], mode)) is not None
+        )
+        raise VLLMValidationError(
+            f"tool {culprit!r}: its parameters schema cannot be turned into a "
+            f"grammar for the tool call ({problem})",
+            parameter="tools",
+        )
+    tag = structural_tag.model_dump_json()
     current = getattr(request, "structured_outputs", None)
     if current is not None and current.structural_tag == tag:
         return  # adjusted already (the same request adjusted twice)
@@ -213,12 +235,23 @@ def refuse_unparsed_allowed_tools(request: Any) -> None:
 
 
 def refuse_uncallable_tools(tools: Iterable[Tool] | None) -> None:
-    """Raise vLLM's 400 error naming every tool that could never be called."""
-    names = [repr(n) for n, _ in _functions(tools) if not is_callable_name(n)]
+    """Raise vLLM's 400 error naming every tool that could never be called,
+    and a name given to two tools (a call names its tool, so the second
+    could not be told apart)."""
+    all_names = [n for n, _ in _functions(tools)]
+    names = [repr(n) for n in all_names if not is_callable_name(n)]
     if names:
         raise VLLMValidationError(
             f"the spark25 tool-call format cannot call the tool(s) {', '.join(names)}"
             ": a tool name must be non-empty and hold no whitespace and no '<'",
+            parameter="tools",
+        )
+    twice = sorted({n for n in all_names if all_names.count(n) > 1})
+    if twice:
+        raise VLLMValidationError(
+            f"the tool name(s) {', '.join(map(repr, twice))} are given to more "
+            "than one tool; a spark25 call names its tool, so each name must be "
+            "unique",
             parameter="tools",
         )
 
