@@ -189,14 +189,15 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
         raise VLLMValidationError(str(exc), parameter="tools") from None
     problem = grammar_problem(structural_tag)
     if problem is not None:
-        culprit = next(
-            spec.name
+        culprits = [
+            repr(spec.name)
             for spec in specs
             if grammar_problem(build_structural_tag([spec], mode)) is not None
-        )
+        ]
+        which = f"tool {culprits[0]}: its" if culprits else "the tools':"
         raise VLLMValidationError(
-            f"tool {culprit!r}: its parameters schema cannot be turned into a "
-            f"grammar for the tool call ({problem})",
+            f"{which} parameters schema cannot be turned into a grammar for the "
+            f"tool call ({problem})",
             parameter="tools",
         )
     tag = structural_tag.model_dump_json()
