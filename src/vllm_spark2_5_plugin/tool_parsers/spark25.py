@@ -194,10 +194,13 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
             for spec in specs
             if grammar_problem(build_structural_tag([spec], mode)) is not None
         ]
-        which = f"tool {culprits[0]}: its" if culprits else "the tools':"
+        which = (
+            f"tool {culprits[0]}: its parameters schema"
+            if culprits
+            else "the tools' parameters schemas"
+        )
         raise VLLMValidationError(
-            f"{which} parameters schema cannot be turned into a grammar for the "
-            f"tool call ({problem})",
+            f"{which} cannot be turned into a grammar for the tool call ({problem})",
             parameter="tools",
         )
     tag = structural_tag.model_dump_json()
