@@ -14,6 +14,7 @@ from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.names import MODEL_TYPE
 from vllm_spark2_5_plugin.tool_parsers.history import (
     check_spark2_5_history,
+    refuse_unrenderable_roles,
     refuse_unrenderable_tool_calls,
 )
 
@@ -79,3 +80,18 @@ def test_the_check_runs_before_vllms_renderer_parses_the_messages():
     assert "chat_parsers" in {hook.name for hook in vllm_seam.HOOK_POINTS}
     with pytest.raises(VLLMValidationError, match="message 1"):
         hf.parse_chat_messages(_history("[1,2]"), _model(MODEL_TYPE), "string")
+
+
+@pytest.mark.parametrize("role", ["frob", "function", "ipython", None])
+def test_roles_the_template_leaves_out_are_refused(role):
+    messages = [{"role": "user", "content": "hi"}, {"role": role, "content": "x"}]
+    with pytest.raises(VLLMValidationError, match=f"message 1: role {role!r} is not"):
+        check_spark2_5_history(messages, _model(MODEL_TYPE))
+    check_spark2_5_history(messages, _model("llama"))  # vLLM's own rule applies
+
+
+def test_every_role_the_template_renders_passes():
+    from vllm_spark2_5_plugin.tool_parsers.history import RENDERED_ROLES
+
+    refuse_unrenderable_roles([{"role": r, "content": "x"} for r in RENDERED_ROLES])
+    refuse_unrenderable_roles(_history("{}"))

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Chat history the Spark2_5 template cannot render faithfully is refused.
 
+A message of a role the template does not render would be left out of the
+prompt; :func:`refuse_unrenderable_roles` answers 400 naming it.
+
 The template writes an assistant's earlier tool call as ``<arg_key>`` /
 ``<arg_value>`` pairs, so its ``arguments`` must be a JSON object. vLLM 0.32.0
 turns any other ``arguments`` string (``"not json"``, ``"[1,2]"``) into ``{}``
@@ -70,9 +73,31 @@ def refuse_unrenderable_tool_calls(messages: Sequence[Any]) -> None:
                 )
 
 
+#: The roles the chat template renders (vLLM turns "developer" into
+#: "system" for a template that does not name it).
+RENDERED_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def refuse_unrenderable_roles(messages: Sequence[Any]) -> None:
+    """Raise ``VLLMValidationError`` (HTTP 400) for the first message whose
+    role the template does not render: it would leave the message out of the
+    prompt without a word."""
+    for index, message in enumerate(messages):
+        role = _get(message, "role")
+        if role not in RENDERED_ROLES:
+            raise VLLMValidationError(
+                f"message {index}: role {role!r} is not one the Spark2_5 chat "
+                f"template renders ({', '.join(RENDERED_ROLES)}); it would be "
+                "left out of the prompt",
+                parameter="messages",
+            )
+
+
 def check_spark2_5_history(messages: Sequence[Any], model_config: Any) -> None:
-    """:func:`refuse_unrenderable_tool_calls` for Spark2_5 models only (the
+    """:func:`refuse_unrenderable_roles` and
+    :func:`refuse_unrenderable_tool_calls` for Spark2_5 models only (the
     plugin is loaded for every model vLLM serves)."""
     hf_config = getattr(model_config, "hf_config", None)
     if getattr(hf_config, "model_type", None) == MODEL_TYPE:
+        refuse_unrenderable_roles(messages)
         refuse_unrenderable_tool_calls(messages)
