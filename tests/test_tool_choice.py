@@ -474,3 +474,23 @@ def test_allowed_tools_listing_no_offered_tool_says_so():
         VLLMValidationError, match=r"offers none of those it lists \('nope'\)"
     ):
         constrain_tool_calls(request)
+
+
+@pytest.mark.parametrize(
+    ("choice", "tools", "needs"),
+    [
+        ("required", TOOLS, 'tool_choice "required"'),
+        ("auto", TOOLS, 'tool_choice "auto" with a strict tool'),
+    ],
+)
+def test_beam_search_with_a_tool_grammar_is_refused(choice, tools, needs):
+    """vLLM's beam search samples without the request's structured outputs,
+    so a forced or strict call would not be held to the grammar (a probe saw
+    both beams run past the turn's end)."""
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match=f"with {needs}: vLLM's beam"):
+        _adjusted(_request(choice, tools=tools, use_beam_search=True, n=2))
+    # Without a grammar, beam search is left alone.
+    request = _request("auto", tools=TOOLS[:1], use_beam_search=True, n=2)
+    assert _adjusted(request).structured_outputs is None

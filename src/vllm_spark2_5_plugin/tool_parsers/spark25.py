@@ -217,6 +217,18 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
             "send one of them",
             parameter="tool_choice",
         )
+    if getattr(request, "use_beam_search", False):
+        # vLLM's beam search samples with parameters of its own, without the
+        # request's structured outputs: the grammar would not apply.
+        needs = f"tool_choice {description}" + (
+            " with a strict tool" if mode == "auto" else ""
+        )
+        raise VLLMValidationError(
+            f"use_beam_search cannot be combined with {needs}: vLLM's beam "
+            "search does not apply the tool-call grammar; send the request "
+            "without use_beam_search",
+            parameter="use_beam_search",
+        )
     request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
 
 
