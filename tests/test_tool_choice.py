@@ -494,3 +494,16 @@ def test_beam_search_with_a_tool_grammar_is_refused(choice, tools, needs):
     # Without a grammar, beam search is left alone.
     request = _request("auto", tools=TOOLS[:1], use_beam_search=True, n=2)
     assert _adjusted(request).structured_outputs is None
+
+
+def test_a_schema_without_grammar_is_not_refused_where_no_grammar_is_set():
+    """ "auto" with the request's own constraint sets no tool grammar, so a
+    strict tool whose schema xgrammar refuses is no reason for a 400 there."""
+    bad = _function_tool(
+        "bounded",
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": "x"}}},
+        strict=True,
+    )
+    request = _request("auto", tools=[bad], response_format={"type": "json_object"})
+    before = request.structured_outputs
+    assert _adjusted(request).structured_outputs is before

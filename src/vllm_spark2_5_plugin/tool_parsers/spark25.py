@@ -184,28 +184,12 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
         )
     single_call = getattr(request, "parallel_tool_calls", None) is False
     try:
-        structural_tag = build_structural_tag(specs, mode, single_call)
+        structural_tag, unusable = build_structural_tag(specs, mode, single_call), None
     except ValueError as exc:  # a schema the format cannot constrain
-        raise VLLMValidationError(str(exc), parameter="tools") from None
-    problem = grammar_problem(structural_tag)
-    if problem is not None:
-        culprits = [
-            repr(spec.name)
-            for spec in specs
-            if grammar_problem(build_structural_tag([spec], mode)) is not None
-        ]
-        which = (
-            f"tool {culprits[0]}: its parameters schema"
-            if culprits
-            else "the tools' parameters schemas"
-        )
-        raise VLLMValidationError(
-            f"{which} cannot be turned into a grammar for the tool call ({problem})",
-            parameter="tools",
-        )
-    tag = structural_tag.model_dump_json()
+        structural_tag, unusable = None, str(exc)
+    tag = None if structural_tag is None else structural_tag.model_dump_json()
     current = getattr(request, "structured_outputs", None)
-    if current is not None and current.structural_tag == tag:
+    if tag is not None and current is not None and current.structural_tag == tag:
         return  # adjusted already (the same request adjusted twice)
     own = own_constraints(request)
     if own and mode == "auto":
@@ -217,6 +201,10 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
             "send one of them",
             parameter="tool_choice",
         )
+    # The grammar applies: the tools' schemas must allow one.
+    if unusable is not None:
+        raise VLLMValidationError(unusable, parameter="tools")
+    refuse_ungrammatical_tools(structural_tag, specs, mode)
     if getattr(request, "use_beam_search", False):
         # vLLM's beam search samples with parameters of its own, without the
         # request's structured outputs: the grammar would not apply.
@@ -230,6 +218,30 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
             parameter="use_beam_search",
         )
     request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
+
+
+def refuse_ungrammatical_tools(
+    structural_tag: Any, specs: Sequence[ToolSpec], mode: Mode
+) -> None:
+    """400 naming the tool whose schema xgrammar cannot turn into a grammar
+    (``constraints.grammar_problem``), before anything is generated."""
+    problem = grammar_problem(structural_tag)
+    if problem is None:
+        return
+    culprits = [
+        repr(spec.name)
+        for spec in specs
+        if grammar_problem(build_structural_tag([spec], mode)) is not None
+    ]
+    which = (
+        f"tool {culprits[0]}: its parameters schema"
+        if culprits
+        else "the tools' parameters schemas"
+    )
+    raise VLLMValidationError(
+        f"{which} cannot be turned into a grammar for the tool call ({problem})",
+        parameter="tools",
+    )
 
 
 def refuse_unparsed_allowed_tools(request: Any) -> None:
