@@ -286,8 +286,10 @@ def test_fp8_serves_close_to_bf16_with_and_without_dspark(pair):
     assert result["top1_agreement_fp8_vs_bf16"] >= MIN_TOP1_AGREEMENT, result
     assert result["mean_abs_logprob_diff"] <= MAX_MEAN_LOGPROB_DIFF, result
     assert result["max_abs_logprob_diff"] <= MAX_LOGPROB_DIFF, result
-    # DSpark loaded its (unquantized) draft from the FP8 checkpoint and drafted.
+    # DSpark loaded its (unquantized) draft from the FP8 checkpoint and drafted,
+    # as it did from the bf16 one (the comparison's other side).
     assert drafts_fp8 and drafts_fp8 > 0, result
+    assert drafts_bf16 and drafts_bf16 > 0, result
     assert all(len(t) == MAX_TOKENS for t in fp8_spec)
 
 
