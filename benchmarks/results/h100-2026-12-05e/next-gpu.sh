@@ -13,7 +13,8 @@ parity)  # why tests/test_generation_parity.py fails under the CUDA build:
       grep -E "PARITY|[Bb]ackend|Error" | cut -c1-300 | sed "s/^/$f32 /"
   done | tee $OUT/parity.txt
   unset TRITON_F32_DEFAULT
-  timeout 300 python3 -m pytest tests/test_generation_parity.py -m "not cuda" \
+  # SIGINT at the limit: pytest then still prints the failures it has seen
+  timeout -s INT -k 10 300 python3 -m pytest tests/test_generation_parity.py -m "not cuda" \
     -k "greedy_generation or draft_tensors" -q -rfE --tb=line \
     -p no:cacheprovider 2>&1 | tail -20 | tee $OUT/parity-tests.txt ;;
 esac
