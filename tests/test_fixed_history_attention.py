@@ -971,6 +971,17 @@ if not _IN_CHILD:
         with pytest.raises(RuntimeError, match="needs CUDA tensors"):
             ops.fixed_history_attention(**_good_args())
 
+    def test_interpreter_refuses_bfloat16(monkeypatch):
+        # Triton's interpreter returns bfloat16 results off by orders of
+        # magnitude without a word; the entry refuses them instead. (The check
+        # reads TRITON_INTERPRET at call time; the kernel is never reached.)
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        args = _good_args()
+        for name in ("q", "k_cache", "v_cache"):
+            args[name] = args[name].to(torch.bfloat16)
+        with pytest.raises(TypeError, match="bfloat16, which Triton's interpreter"):
+            ops.fixed_history_attention(**args)
+
     @pytest.mark.parametrize("scale_form", ["tensor", "tensor1", "float"])
     def test_reference_dequantizes_fp8_caches(scale_form):
         # The reference itself (given fp8 caches and scales) against the

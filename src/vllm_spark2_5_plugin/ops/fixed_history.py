@@ -61,6 +61,13 @@ def _check_kernel_inputs(q, k_cache, v_cache, scale, fp8: bool) -> float:
     reason = unsupported_head_dim_reason(q.shape[2])
     if reason is not None:
         raise ValueError(f"q, k_cache, v_cache have head dim D={q.shape[2]}: {reason}")
+    if q.dtype == torch.bfloat16 and interpreting():
+        raise TypeError(
+            "q has dtype torch.bfloat16, which Triton's interpreter "
+            "(TRITON_INTERPRET=1) computes wrongly (its NumPy arrays have no "
+            "bfloat16); under the interpreter use float16, or use "
+            "fixed_history_attention_reference"
+        )
     if q.device.type != "cuda" and not interpreting():
         raise RuntimeError(
             f"fixed_history_attention needs CUDA tensors, got q on {q.device}; "
