@@ -165,6 +165,23 @@ def test_bad_hf_overrides_are_refused_at_start_up(tiny_checkpoint, overrides, me
     assert "--hf-overrides" in str(info.value)
 
 
+def test_spark2_5_architecture_under_another_model_type_is_refused(
+    tiny_checkpoint, tmp_path
+):
+    """Read as a LlamaConfig, none of the Spark2_5 fields was checked: with a
+    negative window the model loaded and generated token 0 every step."""
+    import shutil
+
+    path = tmp_path / "llama-typed"
+    shutil.copytree(tiny_checkpoint, path)
+    raw = json.loads((path / "config.json").read_text())
+    raw.update(model_type="llama", sliding_window=-5)
+    (path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="model_type 'llama'") as info:
+        _engine_config(path, max_model_len=256)
+    assert '"model_type": "spark2_5"' in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("fields", "window", "positions"),
     [

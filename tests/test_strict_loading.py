@@ -218,6 +218,25 @@ def test_message_names_the_shard_file_of_an_indexed_checkpoint(world, tmp_path):
         assert word in message(excinfo), (word, message(excinfo))
 
 
+def test_a_tensor_stored_in_two_shards_is_refused(world, tmp_path):
+    """Without the check the copy read last won: zeros in the second shard
+    made the final norm zero, and every greedy token 0."""
+    path = make_tiny_checkpoint(tmp_path / "twice")
+    split_into_two_files(path)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    name = "model.norm.weight"
+    other = next(
+        f for f in set(index["weight_map"].values()) if f != index["weight_map"][name]
+    )
+    tensors = load_file(str(path / other))
+    tensors[name] = torch.zeros(H)
+    save_file(tensors, str(path / other), metadata={"format": "pt"})
+    with pytest.raises(ValueError) as excinfo:
+        build(path)
+    for word in (f"'{name}'", "stored more than once", "keep one copy"):
+        assert word in message(excinfo), (word, message(excinfo))
+
+
 @pytest.mark.parametrize("with_lm_head", [False, True], ids=["no-lm_head", "lm_head"])
 def test_tied_checkpoint_loads_without_or_with_lm_head(with_lm_head, world, tmp_path):
     path = make_tiny_checkpoint(tmp_path / "tied", tie_word_embeddings=True)

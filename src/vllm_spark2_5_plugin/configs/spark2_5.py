@@ -20,7 +20,13 @@ from vllm_spark2_5_plugin.configs.checks import (
     require_positive_int,
     require_positive_number,
 )
-from vllm_spark2_5_plugin.names import FULL, LAYER_TYPES, MODEL_TYPE, SLIDING
+from vllm_spark2_5_plugin.names import (
+    FULL,
+    LAYER_TYPES,
+    MODEL_TYPE,
+    SLIDING,
+    TARGET_ARCH,
+)
 
 HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
 
@@ -213,11 +219,23 @@ def check_target_config(vllm_config: Any) -> None:
     override such as ``{"num_hidden_layers": 2}`` (with four layer types)
     would otherwise surface as an ``IndexError`` inside the model's
     construction. Runs before ``VllmConfig`` validation; other models are
-    untouched.
+    untouched, except one whose ``config.json`` names the Spark2_5
+    architecture under another ``model_type``: Transformers then reads it
+    with that type's config class, none of the Spark2_5 fields is checked,
+    and the model would be built from a config that lacks some of them or
+    holds values it never validated.
     """
     model_config = getattr(vllm_config, "model_config", None)
     config = getattr(model_config, "hf_config", None)
     if not isinstance(config, Spark2_5Config):
+        model_type = getattr(config, "model_type", None)
+        architectures = getattr(config, "architectures", None) or []
+        if TARGET_ARCH in architectures and model_type != MODEL_TYPE:
+            raise ValueError(
+                f"config.json names the architecture {TARGET_ARCH} but has "
+                f'model_type {model_type!r}: set "model_type": "{MODEL_TYPE}" '
+                "so that the Spark2_5 config reads and checks its fields"
+            )
         return
     window_disabled = bool(getattr(model_config, "disable_sliding_window", False))
     try:

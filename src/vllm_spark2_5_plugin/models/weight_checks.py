@@ -299,6 +299,14 @@ class WeightCheck:
             raise ValueError(
                 self._shape_error(shown or self.shown(name), found, expected)
             )
+        if name in self.seen:
+            # The loaders would keep whichever copy came last, without a word.
+            raise ValueError(
+                f"{self.owner} cannot load the checkpoint "
+                f"{self.policy.checkpoint.describe()}: tensor "
+                f"{shown or self.shown(name)!r} is stored more than once (in "
+                "two files, or twice in one); keep one copy"
+            )
         self.seen.add(name)
 
     def watch(
