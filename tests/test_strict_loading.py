@@ -147,6 +147,8 @@ def test_llm_start_up_fails_on_a_missing_lm_head(tmp_path):
 
 G_PROJ = "model.layers.1.self_attn.g_proj.weight"
 K_PROJ = "model.layers.3.self_attn.k_proj.weight"
+Q_BIAS = "model.layers.0.self_attn.q_proj.bias"
+NORM_BIAS = "model.layers.2.input_layernorm.bias"
 
 #: name -> (checkpoint overrides, edit, words the error must contain)
 BROKEN_TARGETS = {
@@ -180,6 +182,17 @@ BROKEN_TARGETS = {
         {},
         replace(K_PROJ, lambda w: w[:, : H // 2]),
         [f"'{K_PROJ}'", f"({N_KV * HEAD_DIM}, {H // 2})", f"({N_KV * HEAD_DIM}, {H})"],
+    ),
+    # vLLM's loaders skip a bias without a parameter: served without it.
+    "q_proj-bias-without-attention_bias": (
+        {},
+        lambda t: t.update({Q_BIAS: torch.ones(N_HEADS * HEAD_DIM)}),
+        [f"'{Q_BIAS}'", SAFETENSORS, "attention_bias: true"],
+    ),
+    "layernorm-bias": (
+        {},
+        lambda t: t.update({NORM_BIAS: torch.ones(H)}),
+        [f"'{NORM_BIAS}'", "drop it without a word"],
     ),
     # Tied, so the embedding is the only vocabulary-sized tensor.
     "config-vocab_size-not-the-embedding": (

@@ -42,6 +42,8 @@ import torch
 from torch import nn
 from vllm.model_executor.models.utils import WeightsMapper
 
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
+
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 #: Missing tensors listed in one error (a wrong checkpoint can lack thousands).
@@ -120,6 +122,19 @@ def target_parameters_not_from_checkpoint(config: Any) -> dict[str, str]:
     if config.tie_word_embeddings:
         return {"lm_head.weight": "tied to model.embed_tokens.weight"}
     return {}
+
+
+def unlisted_target_bias(name: str) -> str | None:
+    """Why a ``.bias`` tensor the target's table does not list is refused:
+    vLLM's loaders skip a bias the model has no parameter for, so a checkpoint
+    whose ``attention_bias`` is wrong would serve without its biases."""
+    if not name.endswith(".bias") or name.startswith(DRAFT_WEIGHT_PREFIXES):
+        return None
+    return (
+        "is a bias for which the model that config.json describes has no "
+        "parameter (q/k/v biases need attention_bias: true; no other layer "
+        "has one); vLLM would drop it without a word"
+    )
 
 
 #: Advice shown with a missing tensor.
@@ -274,6 +289,7 @@ class WeightCheck:
         not_from_checkpoint: Mapping[str, str] | None = None,
         shown: Callable[[str], str] = lambda name: name,
         hints: Mapping[str, str] | None = None,
+        unlisted: Callable[[str], str | None] | None = None,
     ) -> None:
         self.model = model
         self.owner = type(model).__name__
@@ -283,6 +299,9 @@ class WeightCheck:
         self.not_from_checkpoint = not_from_checkpoint or {}
         self.shown = shown
         self.hints = hints or {}
+        #: Why a tensor missing from ``expected`` must not be passed on (or
+        #: ``None``): for names vLLM's loaders would drop without a word.
+        self.unlisted = unlisted
         self.seen: set[str] = set()
 
     @property
@@ -291,8 +310,19 @@ class WeightCheck:
 
     def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
         """Raise unless a listed tensor has its expected shape; note it as seen."""
-        expected = self.expected.get(name) if self.enabled else None
+        if not self.enabled:
+            return
+        expected = self.expected.get(name)
         if expected is None:
+            why = self.unlisted(name) if self.unlisted is not None else None
+            if why is not None:
+                file = self.policy.checkpoint.file_of(name)
+                where = f" (file {file})" if file else ""
+                raise ValueError(
+                    f"{self.owner} cannot load the checkpoint "
+                    f"{self.policy.checkpoint.model}: tensor "
+                    f"{shown or self.shown(name)!r}{where} {why}"
+                )
             return
         found = tuple(tensor.shape)
         if found != expected.shape:
