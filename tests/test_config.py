@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config, largest_token_id
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import TINY_CONFIG
 
 
@@ -163,6 +163,39 @@ def test_bad_hf_overrides_are_refused_at_start_up(tiny_checkpoint, overrides, me
     with pytest.raises(ValueError, match=message) as info:
         _engine_config(tiny_checkpoint, max_model_len=256, hf_overrides=overrides)
     assert "--hf-overrides" in str(info.value)
+
+
+def test_a_tokenizer_past_the_vocabulary_is_refused_at_start_up(tiny_checkpoint):
+    """The tiny tokenizer's ids go up to 511: with vocab_size 256, a prompt
+    holding token 300 passed vLLM's check and stopped the engine."""
+    with pytest.raises(ValueError, match="token ids up to 511, but vocab_size is 256"):
+        _engine_config(
+            tiny_checkpoint, max_model_len=256, hf_overrides={"vocab_size": 256}
+        )
+    # Without the tokenizer vLLM checks nothing against it, nor does the plugin.
+    config = _engine_config(
+        tiny_checkpoint,
+        max_model_len=256,
+        hf_overrides={"vocab_size": 256},
+        skip_tokenizer_init=True,
+    )
+    assert config.model_config.hf_config.vocab_size == 256
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "largest"),
+    [
+        ({"model": {"vocab": {"a": 0, "b": 7}}, "added_tokens": [{"id": 9}]}, 9),
+        ({"model": {"vocab": [["a", 0.0], ["b", -1.0]]}}, 1),
+        ({"model": {}}, None),
+        ([1, 2], None),
+        ("not json", None),
+    ],
+)
+def test_largest_token_id(tokenizer, largest, tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tokenizer if isinstance(tokenizer, str) else json.dumps(tokenizer))
+    assert largest_token_id(path) == largest
 
 
 def test_spark2_5_architecture_under_another_model_type_is_refused(

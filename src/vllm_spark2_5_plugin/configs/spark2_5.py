@@ -8,6 +8,8 @@ to its engine and worker processes.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
@@ -237,6 +239,7 @@ def check_target_config(vllm_config: Any) -> None:
                 "so that the Spark2_5 config reads and checks its fields"
             )
         return
+    _check_tokenizer_fits(model_config, config)
     window_disabled = bool(getattr(model_config, "disable_sliding_window", False))
     try:
         config._check_fields(window_disabled=window_disabled)
@@ -247,4 +250,53 @@ def check_target_config(vllm_config: Any) -> None:
         ) from None
 
 
-__all__ = ["Spark2_5Config", "check_target_config", "default_layer_types"]
+def largest_token_id(tokenizer_json: Path) -> int | None:
+    """The largest id of a Hugging Face ``tokenizer.json`` (its model's
+    vocabulary and its added tokens), or ``None`` if the file does not say."""
+    try:
+        data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # vLLM's own tokenizer loading reports a broken file
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return None
+    vocab = data["model"].get("vocab")
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        ids = [len(vocab) - 1] if vocab else []
+    elif isinstance(vocab, dict):
+        ids = [i for i in vocab.values() if isinstance(i, int)]
+    else:
+        ids = []
+    for token in data.get("added_tokens") or []:
+        if isinstance(token, dict) and isinstance(token.get("id"), int):
+            ids.append(token["id"])
+    return max(ids) if ids else None
+
+
+def _check_tokenizer_fits(model_config: Any, config: Spark2_5Config) -> None:
+    """Refuse a local tokenizer with ids past ``vocab_size``: vLLM accepts a
+    prompt token up to the tokenizer's largest id, and one past the
+    embedding stops the engine (an ``IndexError`` in the worker)."""
+    if getattr(model_config, "skip_tokenizer_init", False):
+        return
+    tokenizer = getattr(model_config, "tokenizer", None)
+    path = Path(str(tokenizer)) / "tokenizer.json" if tokenizer else None
+    if path is None or not path.is_file():
+        return
+    largest = largest_token_id(path)
+    if largest is not None and largest >= config.vocab_size:
+        raise ValueError(
+            f"the tokenizer ({path}) has token ids up to {largest}, but "
+            f"vocab_size is {config.vocab_size}: a request holding one of the "
+            "ids past the vocabulary would stop the engine. The embedding and "
+            "the LM head need a row for every token of the tokenizer: set "
+            "vocab_size (and those tensors) to at least "
+            f"{largest + 1}, or use the tokenizer the model was trained with"
+        )
+
+
+__all__ = [
+    "Spark2_5Config",
+    "check_target_config",
+    "default_layer_types",
+    "largest_token_id",
+]
