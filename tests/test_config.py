@@ -117,6 +117,20 @@ def test_round_trip_through_config_json(tmp_path):
             {"rope_parameters": {"full_attention": {}, "rope_theta": 1.0}},
             "rope_parameters",
         ),
+        # Raw TypeErrors (dict() of a string / an int) before these checks.
+        (
+            {"rope_parameters": {"sliding_attention": "default"}},
+            r"rope_parameters\['sliding_attention'\] must be a dict",
+        ),
+        (
+            {"rope_parameters": {"full_attention": 5}},
+            r"rope_parameters\['full_attention'\] must be a dict",
+        ),
+        # vLLM's get_rope refused it only inside the worker.
+        (
+            {"rope_parameters": {"rope_type": "foo"}},
+            r"rope_parameters\['sliding_attention'\]\['rope_type'\] must be one of",
+        ),
         ({"attention_output_gate": "yes"}, "attention_output_gate"),
         ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
     ],

@@ -31,6 +31,24 @@ from vllm_spark2_5_plugin.names import (
 )
 
 HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
+#: The ``rope_type`` values vLLM 0.32.0's ``get_rope`` builds; another one
+#: would stop the worker while it builds the model ("Unknown RoPE scaling
+#: type"). The reference implements ``default`` and ``linear``.
+ROPE_TYPES = (
+    "default",
+    "linear",
+    "ntk",
+    "dynamic",
+    "yarn",
+    "deepseek_yarn",
+    "deepseek_llama_scaling",
+    "longrope",
+    "llama3",
+    "mllama4",
+    "proportional",
+    "openpangu",
+    "bailing_mrope",
+)
 
 # The model's sizes: positive ints that fix the weight and KV-cache shapes.
 SIZE_FIELDS = (
@@ -155,6 +173,13 @@ class Spark2_5Config(PreTrainedConfig):
                     f"{unknown}; use only {list(LAYER_TYPES)} as keys, or a flat "
                     "dict that applies to both layer types"
                 )
+            for t in LAYER_TYPES:
+                if not isinstance(params.get(t) or {}, dict):
+                    raise ValueError(
+                        f"rope_parameters[{t!r}] must be a dict such as "
+                        f'{{"rope_type": "default", "rope_theta": 10000.0}}, got '
+                        f"{params[t]!r}"
+                    )
             per_type = {t: dict(params.get(t) or {}) for t in LAYER_TYPES}
         else:  # a flat dict applies to both layer types
             per_type = {t: dict(params) for t in LAYER_TYPES}
@@ -208,6 +233,11 @@ class Spark2_5Config(PreTrainedConfig):
             require_positive_number(
                 f"rope_parameters[{layer_type!r}]['rope_theta']",
                 entry.get("rope_theta"),
+            )
+            require_choice(
+                f"rope_parameters[{layer_type!r}]['rope_type']",
+                entry.get("rope_type"),
+                ROPE_TYPES,
             )
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
             require_bool(name, getattr(self, name))
