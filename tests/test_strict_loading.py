@@ -194,6 +194,23 @@ BROKEN_TARGETS = {
         lambda t: t.update({NORM_BIAS: torch.ones(H)}),
         [f"'{NORM_BIAS}'", "drop it without a word"],
     ),
+    # vLLM named the tensor ("no module or parameter named"), not the field.
+    "a-layer-past-num_hidden_layers": (
+        {},
+        lambda t: t.update({"model.layers.4.input_layernorm.weight": torch.ones(H)}),
+        ["'model.layers.4.input_layernorm.weight'", "num_hidden_layers = 4"],
+    ),
+    "g_proj-without-attention_output_gate": (
+        {"attention_output_gate": False},
+        lambda t: t.update({G_PROJ: torch.ones(N_HEADS, H)}),
+        [f"'{G_PROJ}'", "attention_output_gate = false"],
+    ),
+    # Loaded as numbers into the float parameter, without a word.
+    "k_proj-int8": (
+        {},
+        replace(K_PROJ, lambda w: w.to(torch.int8)),
+        [f"'{K_PROJ}'", "torch.int8", "floating-point"],
+    ),
     # Tied, so the embedding is the only vocabulary-sized tensor.
     "config-vocab_size-not-the-embedding": (
         {"tie_word_embeddings": True},

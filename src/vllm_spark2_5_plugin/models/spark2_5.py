@@ -60,7 +60,7 @@ from vllm_spark2_5_plugin.models.weight_checks import (
     WeightCheck,
     target_parameters_not_from_checkpoint,
     target_tensors,
-    unlisted_target_bias,
+    unlisted_target_tensor,
 )
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
 
@@ -465,7 +465,7 @@ class Spark2_5ForCausalLM(nn.Module, SupportsLoRA, SupportsPP, SupportsEagle3):
             mapper=self.hf_to_vllm_mapper,
             not_from_checkpoint=target_parameters_not_from_checkpoint(self.config),
             hints=TARGET_HINTS,
-            unlisted=unlisted_target_bias,
+            unlisted=unlisted_target_tensor(self.config),
         )
         loaded = AutoWeightsLoader(self).load_weights(
             check.watch(weights), mapper=self.hf_to_vllm_mapper

@@ -124,17 +124,41 @@ def target_parameters_not_from_checkpoint(config: Any) -> dict[str, str]:
     return {}
 
 
-def unlisted_target_bias(name: str) -> str | None:
-    """Why a ``.bias`` tensor the target's table does not list is refused:
-    vLLM's loaders skip a bias the model has no parameter for, so a checkpoint
-    whose ``attention_bias`` is wrong would serve without its biases."""
-    if not name.endswith(".bias") or name.startswith(DRAFT_WEIGHT_PREFIXES):
+def unlisted_target_tensor(config: Any) -> Callable[[str], str | None]:
+    """Why a checkpoint tensor the target's table does not list is refused,
+    where the reason is a ``config.json`` field (or ``None``: the draft's
+    tensors, and names vLLM itself refuses, "no module or parameter named").
+
+    A ``.bias`` must be caught here: vLLM's loaders skip a bias the model has
+    no parameter for, so a checkpoint whose ``attention_bias`` is wrong would
+    serve without its biases.
+    """
+
+    def why(name: str) -> str | None:
+        if name.startswith(DRAFT_WEIGHT_PREFIXES):
+            return None
+        parts = name.split(".")
+        if parts[:2] == ["model", "layers"] and len(parts) > 2 and parts[2].isdigit():
+            layer = int(parts[2])
+            if layer >= config.num_hidden_layers:
+                return (
+                    f"belongs to layer {layer}, but config.json gives "
+                    f"num_hidden_layers = {config.num_hidden_layers}"
+                )
+            if parts[3:5] == ["self_attn", "g_proj"]:
+                return (
+                    "is an output gate, but config.json gives "
+                    "attention_output_gate = false"
+                )
+        if name.endswith(".bias"):
+            return (
+                "is a bias for which the model that config.json describes has "
+                "no parameter (q/k/v biases need attention_bias: true; no other "
+                "layer has one); vLLM would drop it without a word"
+            )
         return None
-    return (
-        "is a bias for which the model that config.json describes has no "
-        "parameter (q/k/v biases need attention_bias: true; no other layer "
-        "has one); vLLM would drop it without a word"
-    )
+
+    return why
 
 
 #: Advice shown with a missing tensor.
@@ -324,6 +348,15 @@ class WeightCheck:
                     f"{shown or self.shown(name)!r}{where} {why}"
                 )
             return
+        if not tensor.is_floating_point():
+            # A float parameter would take the integers' values as numbers.
+            raise ValueError(
+                f"{self.owner} cannot load the checkpoint "
+                f"{self.policy.checkpoint.model}: tensor "
+                f"{shown or self.shown(name)!r} has dtype {tensor.dtype}; an "
+                "unquantised checkpoint holds floating-point weights (a "
+                "quantised one needs its quantization_config in config.json)"
+            )
         found = tuple(tensor.shape)
         if found != expected.shape:
             raise ValueError(
