@@ -205,6 +205,12 @@ BROKEN_TARGETS = {
         lambda t: t.update({G_PROJ: torch.ones(N_HEADS, H)}),
         [f"'{G_PROJ}'", "attention_output_gate = false"],
     ),
+    # The gate is on: the message is about the bias, not the gate.
+    "g_proj-bias": (
+        {},
+        lambda t: t.update({G_PROJ[: -len("weight")] + "bias": torch.ones(N_HEADS)}),
+        ["g_proj.bias'", "no other layer has one"],
+    ),
     # Loaded as numbers into the float parameter, without a word.
     "k_proj-int8": (
         {},

@@ -269,7 +269,6 @@ def check_target_config(vllm_config: Any) -> None:
                 "so that the Spark2_5 config reads and checks its fields"
             )
         return
-    _check_tokenizer_fits(model_config, config)
     window_disabled = bool(getattr(model_config, "disable_sliding_window", False))
     try:
         config._check_fields(window_disabled=window_disabled)
@@ -278,6 +277,7 @@ def check_target_config(vllm_config: Any) -> None:
             f"{exc} (in the Spark2_5 config as vLLM will build the model, "
             "--hf-overrides included)"
         ) from None
+    _check_tokenizer_fits(model_config, config)  # vocab_size is an int now
 
 
 def largest_token_id(tokenizer_json: Path) -> int | None:

@@ -145,7 +145,10 @@ def unlisted_target_tensor(config: Any) -> Callable[[str], str | None]:
                     f"belongs to layer {layer}, but config.json gives "
                     f"num_hidden_layers = {config.num_hidden_layers}"
                 )
-            if parts[3:5] == ["self_attn", "g_proj"]:
+            if (
+                parts[3:5] == ["self_attn", "g_proj"]
+                and not config.attention_output_gate
+            ):
                 return (
                     "is an output gate, but config.json gives "
                     "attention_output_gate = false"
@@ -333,42 +336,38 @@ class WeightCheck:
         return self.policy.check
 
     def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
-        """Raise unless a listed tensor has its expected shape; note it as seen."""
+        """Raise unless a listed tensor has its expected shape and dtype and
+        comes once, or an unlisted one is of no concern; note it as seen."""
         if not self.enabled:
             return
+        shown = shown or self.shown(name)
         expected = self.expected.get(name)
         if expected is None:
             why = self.unlisted(name) if self.unlisted is not None else None
             if why is not None:
-                file = self.policy.checkpoint.file_of(name)
-                where = f" (file {file})" if file else ""
-                raise ValueError(
-                    f"{self.owner} cannot load the checkpoint "
-                    f"{self.policy.checkpoint.model}: tensor "
-                    f"{shown or self.shown(name)!r}{where} {why}"
-                )
+                raise ValueError(self._tensor_error(shown, why))
             return
         if not tensor.is_floating_point():
             # A float parameter would take the integers' values as numbers.
             raise ValueError(
-                f"{self.owner} cannot load the checkpoint "
-                f"{self.policy.checkpoint.model}: tensor "
-                f"{shown or self.shown(name)!r} has dtype {tensor.dtype}; an "
-                "unquantised checkpoint holds floating-point weights (a "
-                "quantised one needs its quantization_config in config.json)"
+                self._tensor_error(
+                    shown,
+                    f"has dtype {tensor.dtype}; an unquantised checkpoint holds "
+                    "floating-point weights (a quantised one needs its "
+                    "quantization_config in config.json)",
+                )
             )
         found = tuple(tensor.shape)
         if found != expected.shape:
-            raise ValueError(
-                self._shape_error(shown or self.shown(name), found, expected)
-            )
+            raise ValueError(self._shape_error(shown, found, expected))
         if name in self.seen:
             # The loaders would keep whichever copy came last, without a word.
             raise ValueError(
-                f"{self.owner} cannot load the checkpoint "
-                f"{self.policy.checkpoint.describe()}: tensor "
-                f"{shown or self.shown(name)!r} is stored more than once (in "
-                "two files, or twice in one); keep one copy"
+                self._tensor_error(
+                    shown,
+                    "is stored more than once (in two files, or twice in one); "
+                    "keep one copy",
+                )
             )
         self.seen.add(name)
 
@@ -380,11 +379,19 @@ class WeightCheck:
             self.check(name, tensor)
             yield name, tensor
 
+    def _tensor_error(self, name: str, what: str) -> str:
+        """``<model> cannot load the checkpoint <path>: tensor '<name>' (file
+        <file>) <what>``."""
+        file = self.policy.checkpoint.file_of(name)
+        where = f" (file {file})" if file else ""
+        return (
+            f"{self.owner} cannot load the checkpoint "
+            f"{self.policy.checkpoint.model}: tensor {name!r}{where} {what}"
+        )
+
     def _shape_error(
         self, name: str, found: tuple[int, ...], expected: Expected
     ) -> str:
-        file = self.policy.checkpoint.file_of(name)
-        where = f" (file {file})" if file else ""
         why = [
             f"{field} = {want}, the tensor has {got}"
             for field, want, got in zip(
@@ -394,10 +401,10 @@ class WeightCheck:
         ]
         if len(found) != len(expected.shape):
             why = [f"{len(found)} dimensions instead of {len(expected.shape)}"]
-        return (
-            f"{self.owner} cannot load the checkpoint "
-            f"{self.policy.checkpoint.model}: tensor {name!r}{where} has shape "
-            f"{found}, but config.json gives {expected.describe()}: " + "; ".join(why)
+        return self._tensor_error(
+            name,
+            f"has shape {found}, but config.json gives {expected.describe()}: "
+            + "; ".join(why),
         )
 
     def missing(self, loaded: set[str]) -> list[str]:
