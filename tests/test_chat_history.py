@@ -52,9 +52,9 @@ def _model(model_type: str):
             "not readable: Exceeds the limit",
             id="object-with-5000-digits",
         ),
-        # Past Python's recursion limit: was a 500 (RecursionError). The depth
-        # that no interpreter vLLM runs on reads: 3.12 reads 1,100 levels and
-        # 3.13 5,000; 3.11-3.13 all refuse 100,000.
+        # Past Python's recursion limit: was a 500 (RecursionError). Deep
+        # enough for every Python vLLM runs on: 3.12 reads 1,100 levels and
+        # 3.13 5,000; 3.11, 3.12 and 3.13 all refuse 100,000.
         pytest.param(
             '{"a":' * 100_000 + "1" + "}" * 100_000,
             "nested too deeply to read",
