@@ -217,6 +217,25 @@ BROKEN_TARGETS = {
         replace(K_PROJ, lambda w: w.to(torch.int8)),
         [f"'{K_PROJ}'", "torch.int8", "floating-point"],
     ),
+    # Every logit NaN, served without an error anywhere.
+    "k_proj-a-nan-row": (
+        {},
+        replace(K_PROJ, lambda w: w.index_fill(0, torch.tensor([1]), float("nan"))),
+        [
+            "NaN or infinite",
+            f"'model.layers.3.self_attn.qkv_proj.weight' ({H} of its",
+            f"'{K_PROJ}'",
+            SAFETENSORS,
+        ],
+    ),
+    "norm-an-infinity": (
+        {},
+        replace(
+            "model.norm.weight",
+            lambda w: w.index_fill(0, torch.tensor([5]), -torch.inf),
+        ),
+        ["NaN or infinite", f"'model.norm.weight' (1 of its {H} values"],
+    ),
     # Tied, so the embedding is the only vocabulary-sized tensor.
     "config-vocab_size-not-the-embedding": (
         {"tie_word_embeddings": True},
@@ -325,6 +344,10 @@ BROKEN_DRAFTS = {
         ["'draft_model.markov_head.markov_w1.weight'", f"({V}, 4)", f"({V}, 8)"],
     ),
     "missing-up_proj": (drop(DRAFT_UP), ["lacks DSpark draft weights", DRAFT_UP]),
+    "up_proj-a-nan": (
+        replace(DRAFT_UP, lambda w: w.index_fill(1, torch.tensor([0]), float("nan"))),
+        ["NaN or infinite", f"'{DRAFT_UP}'", "gate_up_proj"],
+    ),
 }
 
 

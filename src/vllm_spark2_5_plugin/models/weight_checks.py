@@ -48,6 +48,19 @@ INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 #: Missing tensors listed in one error (a wrong checkpoint can lack thousands).
 MAX_LISTED = 24
+#: Values looked at per step for NaN / infinity: bounds the temporary mask
+#: (16 MiB), so a vocabulary-sized embedding is never copied whole.
+FINITE_CHUNK = 1 << 24
+
+
+def count_nonfinite(tensor: torch.Tensor) -> int:
+    """How many values of ``tensor`` are NaN or infinite (one sync)."""
+    flat = tensor.detach().reshape(-1)
+    count = torch.zeros((), dtype=torch.int64, device=flat.device)
+    for start in range(0, flat.numel(), FINITE_CHUNK):
+        chunk = flat[start : start + FINITE_CHUNK]
+        count += torch.isfinite(chunk).logical_not_().sum()
+    return int(count)
 
 
 @dataclass(frozen=True)
@@ -407,14 +420,19 @@ class WeightCheck:
             + "; ".join(why),
         )
 
-    def missing(self, loaded: set[str]) -> list[str]:
-        """One line per checkpoint tensor this rank's parameters still lack."""
-        params = dict(self.model.named_parameters())
+    def _sources(self, params: Mapping[str, Any]) -> dict[str, list[str]]:
+        """Parameter name -> the checkpoint tensors mapped onto it."""
         sources: dict[str, list[str]] = {}
         for name in self.expected:
             target = self.mapper.map_name(name)
             if target in params:
                 sources.setdefault(target, []).append(name)
+        return sources
+
+    def missing(self, loaded: set[str]) -> list[str]:
+        """One line per checkpoint tensor this rank's parameters still lack."""
+        params = dict(self.model.named_parameters())
+        sources = self._sources(params)
         lines = []
         for param in params:
             if param in self.not_from_checkpoint:
@@ -435,8 +453,26 @@ class WeightCheck:
                 lines.append(f"parameter {param!r} (its tensors were not loaded)")
         return lines
 
+    def nonfinite(self) -> list[str]:
+        """One line per parameter of this rank holding NaN or infinity."""
+        params = dict(self.model.named_parameters())
+        sources = self._sources(params)
+        lines = []
+        for param, value in params.items():
+            if param in self.not_from_checkpoint or not value.is_floating_point():
+                continue
+            bad = count_nonfinite(value)
+            if bad:
+                names = ", ".join(repr(self.shown(n)) for n in sources.get(param, []))
+                where = f", from {names}" if names else ""
+                lines.append(
+                    f"parameter {param!r} ({bad} of its {value.numel()} values{where})"
+                )
+        return lines
+
     def finish(self, loaded: set[str], header: str | None = None) -> None:
-        """Raise if a parameter did not get all its tensors from this load."""
+        """Raise if a parameter did not get all its tensors from this load,
+        or holds NaN or infinity after it."""
         if not (self.enabled and self.policy.require_all):
             return
         if self.policy.first_load_only:
@@ -447,7 +483,24 @@ class WeightCheck:
                 f"{self.owner}: the checkpoint {self.policy.checkpoint.describe()} "
                 f"lacks {len(lines)} tensor(s); every parameter must come from it"
             )
-            if len(lines) > MAX_LISTED:
-                more = len(lines) - MAX_LISTED
-                lines = [*lines[:MAX_LISTED], f"... and {more} more"]
-            raise ValueError(f"{header}: " + "; ".join(lines))
+            raise ValueError(f"{header}: " + _listed(lines))
+        if lines := self.nonfinite():
+            # Each would turn every logit into NaN: vLLM's sampler then
+            # returns some token with no error anywhere.
+            raise ValueError(
+                f"{self.owner} cannot load the checkpoint "
+                f"{self.policy.checkpoint.describe()}: {len(lines)} parameter(s) "
+                "hold NaN or infinite values after loading, which make the "
+                "model's outputs NaN: "
+                + _listed(lines)
+                + ". The checkpoint's values are damaged (a diverged training "
+                "run, or an overflow when it was converted to a narrower dtype); "
+                "export it again from finite weights"
+            )
+
+
+def _listed(lines: list[str]) -> str:
+    """``lines`` joined, at most :data:`MAX_LISTED` of them."""
+    if len(lines) > MAX_LISTED:
+        lines = [*lines[:MAX_LISTED], f"... and {len(lines) - MAX_LISTED} more"]
+    return "; ".join(lines)
