@@ -133,6 +133,12 @@ def test_round_trip_through_config_json(tmp_path):
         ),
         ({"attention_output_gate": "yes"}, "attention_output_gate"),
         ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
+        # Past the vocabulary (or not an id): no request would stop on it.
+        ({"vocab_size": 512, "eos_token_id": 512}, r"eos_token_id must .* got 512"),
+        ({"eos_token_id": -1}, r"eos_token_id must .* \(151551\), got -1"),
+        ({"eos_token_id": "</s>"}, "eos_token_id must"),
+        ({"eos_token_id": True}, "eos_token_id must"),
+        ({"vocab_size": 512, "eos_token_id": [2, 600]}, r"eos_token_id\[1\] .* 600"),
     ],
 )
 def test_bad_field_raises_value_error_naming_it(fields, field_named):

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from transformers import PreTrainedConfig
 
 from vllm_spark2_5_plugin.configs.checks import (
+    is_int,
     is_positive_int,
     require_bool,
     require_choice,
@@ -241,6 +242,25 @@ class Spark2_5Config(PreTrainedConfig):
             )
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
             require_bool(name, getattr(self, name))
+        self._check_eos_token_id()
+
+    def _check_eos_token_id(self) -> None:
+        """vLLM stops on these ids (when the checkpoint has no
+        generation_config.json): one the model cannot produce never stops a
+        request, and a string would be compared with token ids."""
+        value = self.eos_token_id
+        if value is None:
+            return
+        ids = value if isinstance(value, list) else [value]
+        for i, token in enumerate(ids):
+            name = f"eos_token_id[{i}]" if isinstance(value, list) else "eos_token_id"
+            if not is_int(token) or not 0 <= token < self.vocab_size:
+                raise ValueError(
+                    f"{name} must be a token id from 0 to vocab_size - 1 "
+                    f"({self.vocab_size - 1}), got {token!r}: the model can only "
+                    "produce ids below vocab_size, so no request would ever stop "
+                    "on it. Use the id of the tokenizer's end-of-text token"
+                )
 
 
 def check_target_config(vllm_config: Any) -> None:
