@@ -245,6 +245,26 @@ BROKEN_TARGETS = {
 }
 
 
+@pytest.mark.parametrize("value", [float("nan"), torch.inf, -torch.inf])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_count_nonfinite_finds_every_value_in_any_chunk(value, dtype, monkeypatch):
+    """The screen (smallest and largest value per chunk) misses none, at a
+    chunk's first or last place or in the short last chunk; the count is
+    exact."""
+    from vllm_spark2_5_plugin.models import weight_checks
+
+    monkeypatch.setattr(weight_checks, "FINITE_CHUNK", 7)
+    values = torch.randn(30).to(dtype)
+    assert weight_checks.count_nonfinite(values) == 0
+    for place in (0, 6, 7, 13, 28, 29):
+        broken = values.clone()
+        broken[place] = value
+        assert weight_checks.count_nonfinite(broken) == 1, place
+    broken[[1, 8, 20]] = value
+    assert weight_checks.count_nonfinite(broken) == 4
+    assert weight_checks.count_nonfinite(broken.view(5, 6)) == 4
+
+
 @pytest.mark.parametrize("case", list(BROKEN_TARGETS))
 def test_broken_target_checkpoint_fails_naming_the_tensor(case, world, tmp_path):
     overrides, edit, words = BROKEN_TARGETS[case]
