@@ -1,7 +1,7 @@
-# Steps of the forty-second session's lease, run after vLLM 0.32.0's CUDA
-# bundle is installed:
+# Steps prepared in the forty-second session for a lease (none came), run
+# after vLLM 0.32.0's CUDA bundle is installed:
 #   source /tmp/gpu-vllm/env.sh && bash /tmp/gpu-vllm/on-gpu.sh project &&
-#   bash benchmarks/results/h200-2026-12-05f/gpu.sh STEP      (output in $OUT)
+#   bash benchmarks/results/h200-2026-12-05f/next-gpu.sh STEP      (output in $OUT)
 here=benchmarks/results/h200-2026-12-05f
 prev=benchmarks/results/h100-2026-12-05e
 suite=benchmarks/results/h200-2026-12-05c/suite_on_gpu.sh
