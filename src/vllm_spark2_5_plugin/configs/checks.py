@@ -26,6 +26,14 @@ def require_positive_int(name: str, value: Any, hint: str = "") -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}{hint}")
 
 
+def require_token_id(name: str, value: Any, vocab_size: int, why: str = "") -> None:
+    """An id the model can produce: an int in ``0 .. vocab_size - 1``."""
+    if not is_int(value) or not 0 <= value < vocab_size:
+        raise ValueError(
+            f"{name} must be a token id in 0..{vocab_size - 1}, got {value!r}{why}"
+        )
+
+
 def require_positive_number(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")

@@ -36,6 +36,7 @@ from vllm_spark2_5_plugin.configs.checks import (
     require_choice,
     require_layer_types,
     require_positive_int,
+    require_token_id,
 )
 from vllm_spark2_5_plugin.names import (
     DRAFT_ARCH,
@@ -190,11 +191,7 @@ def read_dspark_settings(
             "dspark_noise_token_id (alias mask_token_id) is missing from the "
             "checkpoint's config.json; DSpark fills the draft block with it"
         )
-    if not is_int(noise) or not 0 <= noise < vocab_size:
-        raise ValueError(
-            f"dspark_noise_token_id must be a token id in 0..{vocab_size - 1}, got "
-            f"{noise!r}"
-        )
+    require_token_id("dspark_noise_token_id", noise, vocab_size)
 
     layer_types = config.dspark_layer_types
     require_layer_types("dspark_layer_types", layer_types, "one entry per draft layer")

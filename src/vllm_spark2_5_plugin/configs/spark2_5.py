@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 from transformers import PreTrainedConfig
 
 from vllm_spark2_5_plugin.configs.checks import (
-    is_int,
     is_positive_int,
     require_bool,
     require_choice,
     require_layer_types,
     require_positive_int,
     require_positive_number,
+    require_token_id,
 )
 from vllm_spark2_5_plugin.names import (
     FULL,
@@ -253,14 +253,14 @@ class Spark2_5Config(PreTrainedConfig):
             return
         ids = value if isinstance(value, list) else [value]
         for i, token in enumerate(ids):
-            name = f"eos_token_id[{i}]" if isinstance(value, list) else "eos_token_id"
-            if not is_int(token) or not 0 <= token < self.vocab_size:
-                raise ValueError(
-                    f"{name} must be a token id from 0 to vocab_size - 1 "
-                    f"({self.vocab_size - 1}), got {token!r}: the model can only "
-                    "produce ids below vocab_size, so no request would ever stop "
-                    "on it. Use the id of the tokenizer's end-of-text token"
-                )
+            require_token_id(
+                f"eos_token_id[{i}]" if isinstance(value, list) else "eos_token_id",
+                token,
+                self.vocab_size,
+                ": the model can only produce ids below vocab_size, so no "
+                "request would ever stop on it. Use the id of the tokenizer's "
+                "end-of-text token",
+            )
 
 
 def check_target_config(vllm_config: Any) -> None:
