@@ -158,6 +158,18 @@ def run_python(
     )
 
 
+def vllm_command() -> str:
+    """The ``vllm`` console script: the one beside this interpreter (a venv's),
+    else the first on PATH (installs whose scripts sit elsewhere)."""
+    import shutil
+
+    beside = Path(sys.executable).with_name("vllm")
+    found = str(beside) if beside.exists() else shutil.which("vllm")
+    if found is None:
+        raise FileNotFoundError(f"no `vllm` script beside {sys.executable} or on PATH")
+    return found
+
+
 def gpu_vllm_available() -> bool:
     """True where CUDA and a CUDA build of vLLM are both present."""
     try:
@@ -226,7 +238,7 @@ def vllm_server(
 
     port = free_port()
     cmd = [
-        str(Path(sys.executable).with_name("vllm")), "serve", str(model),
+        vllm_command(), "serve", str(model),
         "--host", "127.0.0.1", "--port", str(port), *args,
     ]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
