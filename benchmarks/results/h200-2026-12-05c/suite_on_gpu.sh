@@ -3,6 +3,7 @@
 # vLLM's CUDA build on the lent GPU, each file under its own time limit, so
 # that a slow file cannot hide the others' results.
 #   NAME=a BUDGET=540 PER_FILE=200 bash suite_on_gpu.sh tests/test_x.py ...
+# (MARK=cuda runs the CUDA-marked tests instead of the unmarked ones)
 # Writes $OUT/$NAME.log (every file's pytest output) and $OUT/$NAME-summary.txt
 # (one line per file).
 set -u
@@ -20,7 +21,7 @@ for f in "$@"; do
     fi
     limit=$((left < per_file ? left : per_file))
     t0=$SECONDS
-    timeout -k 5 "$limit" python3 -m pytest "$f" -m "not cuda" -q -rfE \
+    timeout -k 5 "$limit" python3 -m pytest "$f" -m "${MARK:-not cuda}" -q -rfE \
         --tb=short -p no:cacheprovider >/tmp/one.log 2>&1
     rc=$?
     { echo "=== $f rc=$rc $((SECONDS - t0)) s"; cat /tmp/one.log; } >>"$log"
