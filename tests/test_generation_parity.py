@@ -188,7 +188,10 @@ def test_multiprocess_engine_discovers_plugin_through_entry_point(
 ):
     tokens, log = run_engine(tiny_checkpoint, prompt_ids, {}, enforce_eager=True)
     assert tokens == reference_tokens
-    assert "(EngineCore" in log and "vllm-spark2_5-plugin: registered" in log
+    core = [line for line in log.splitlines() if line.startswith("(EngineCore")]
+    assert core, "no engine-core process logged: " + log[-2000:]
+    registered = [line for line in core if "vllm-spark2_5-plugin: registered" in line]
+    assert registered, "the engine core logged no registration:\n" + "\n".join(core)
 
 
 @pytest.mark.slow
