@@ -131,6 +131,47 @@ def test_round_trip_through_config_json(tmp_path):
             {"rope_parameters": {"rope_type": "foo"}},
             r"rope_parameters\['sliding_attention'\]\['rope_type'\] must be one of",
         ),
+        # Types vLLM builds whose embedding does not take this model's flat
+        # q/k (deepseek_*: misshapen output; mllama4: a vision embedding).
+        (
+            {"rope_parameters": {"rope_type": "deepseek_yarn", "factor": 2.0}},
+            r"\['rope_type'\] must be one of .* got 'deepseek_yarn'",
+        ),
+        ({"rope_parameters": {"rope_type": "mllama4"}}, "got 'mllama4'"),
+        # Entries vLLM's embedding reads by key (a bare KeyError in the worker).
+        (
+            {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}},
+            r"with rope_type 'linear' needs 'factor'",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
+            r"with rope_type 'llama3' needs 'low_freq_factor'",
+        ),
+        ({"rope_parameters": {"rope_type": "dynamic"}}, r"needs 'factor' or 'alpha'"),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": -2.0}},
+            r"\['factor'\] must be a positive number, got -2.0",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0] * 3,
+                    "long_factor": [1.0] * 64,
+                    "original_max_position_embeddings": 4096,
+                }
+            },
+            r"\['short_factor'\] must be a list of 64 positive numbers",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "mrope_section": [16, 24, 24],
+                }
+            },
+            r"\['mrope_section'\] asks for multimodal",
+        ),
         ({"attention_output_gate": "yes"}, "attention_output_gate"),
         ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
         # Past the vocabulary (or not an id): no request would stop on it.

@@ -112,6 +112,63 @@ def test_greedy_generation_matches_reference(name, prompt_ids, tmp_path):
     assert_matches_reference(path, results, prompt_ids)
 
 
+# The scaled RoPE types vLLM builds for this model, each with the parameters
+# at which its rotation is plain RoPE (scale 1, original length = the model's
+# 2048 positions, longrope's factors all 1): served by vLLM, they must give
+# the reference's default-RoPE output. Two types per checkpoint (one per
+# layer type); head_dim 32, so longrope has 16 factors.
+UNIT_SCALE_ROPE = {
+    "ntk": {"factor": 1.0},
+    "dynamic": {"factor": 1.0},
+    "yarn": {"factor": 1.0, "original_max_position_embeddings": 2048},
+    "longrope": {
+        "short_factor": [1.0] * 16,
+        "long_factor": [1.0] * 16,
+        "original_max_position_embeddings": 2048,
+    },
+    "llama3": {
+        "factor": 1.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 2048,
+    },
+    "proportional": {},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sliding_type", "full_type"),
+    [("ntk", "dynamic"), ("yarn", "longrope"), ("llama3", "proportional")],
+)
+def test_scaled_rope_types_at_unit_scale_serve_plain_rope(
+    sliding_type, full_type, prompt_ids, tmp_path
+):
+    theta = {S: 10_000.0, F: 1_000_000.0}
+    chosen = {S: sliding_type, F: full_type}
+    rope = {
+        t: {
+            "rope_type": chosen[t],
+            "rope_theta": theta[t],
+            **UNIT_SCALE_ROPE[chosen[t]],
+        }
+        for t in (S, F)
+    }
+    path = make_tiny_checkpoint(tmp_path / "scaled", seed=7, rope_parameters=rope)
+    results = greedy_generate(path, prompt_ids[:1], MAX_TOKENS)
+    # The reference implements default RoPE: the same weights, plain RoPE.
+    raw = json.loads((path / "config.json").read_text())
+    assert {p["rope_type"] for p in raw["rope_parameters"].values()} == {
+        sliding_type,
+        full_type,
+    }
+    raw["rope_parameters"] = {
+        t: {"rope_type": "default", "rope_theta": theta[t]} for t in (S, F)
+    }
+    (path / "config.json").write_text(json.dumps(raw))
+    assert_matches_reference(path, results, prompt_ids[:1])
+
+
 def test_sliding_window_changes_the_output(prompt_ids, tmp_path):
     """Guards the parity test: the window must matter for these prompts."""
     path = make_tiny_checkpoint(tmp_path / "w", seed=7, layer_types=[S] * 4)

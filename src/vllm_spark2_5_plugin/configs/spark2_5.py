@@ -32,24 +32,43 @@ from vllm_spark2_5_plugin.names import (
 )
 
 HIDDEN_ACTS = ("gelu_pytorch_tanh", "gelu")
-#: The ``rope_type`` values vLLM 0.32.0's ``get_rope`` builds; another one
-#: would stop the worker while it builds the model ("Unknown RoPE scaling
-#: type"). The reference implements ``default`` and ``linear``.
+#: The ``rope_type`` values whose vLLM 0.32.0 embedding rotates this model's
+#: flat ``[tokens, heads * head_dim]`` q and k by token positions. vLLM builds
+#: more, which do not fit here: ``deepseek_yarn`` / ``deepseek_llama_scaling``
+#: expect ``[tokens, heads, head_dim]`` (the output comes back misshapen),
+#: ``mllama4`` is a vision embedding (its forward takes no keys), and
+#: ``openpangu`` / ``bailing_mrope`` need multimodal positions. The reference
+#: implements ``default`` and ``linear``.
 ROPE_TYPES = (
     "default",
     "linear",
     "ntk",
     "dynamic",
     "yarn",
-    "deepseek_yarn",
-    "deepseek_llama_scaling",
     "longrope",
     "llama3",
-    "mllama4",
     "proportional",
-    "openpangu",
-    "bailing_mrope",
 )
+#: The entries each type's embedding reads (vLLM's ``get_rope`` takes them by
+#: key, so one that is missing stopped the worker with a bare ``KeyError``).
+#: ``dynamic`` needs ``factor`` or ``alpha`` (checked apart).
+ROPE_REQUIRED = {
+    "linear": ("factor",),
+    "ntk": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+    "llama3": (
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    ),
+}
+#: Entries that turn vLLM's embedding into one for another kind of model.
+ROPE_FOREIGN_KEYS = {
+    "mrope_section": "multimodal (3-D) positions",
+    "use_fope": "Fourier position embeddings",
+}
 
 # The model's sizes: positive ints that fix the weight and KV-cache shapes.
 SIZE_FIELDS = (
@@ -231,18 +250,66 @@ class Spark2_5Config(PreTrainedConfig):
                 "per layer"
             )
         for layer_type, entry in self.rope_parameters.items():
-            require_positive_number(
-                f"rope_parameters[{layer_type!r}]['rope_theta']",
-                entry.get("rope_theta"),
-            )
-            require_choice(
-                f"rope_parameters[{layer_type!r}]['rope_type']",
-                entry.get("rope_type"),
-                ROPE_TYPES,
-            )
+            self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
             require_bool(name, getattr(self, name))
         self._check_eos_token_id()
+
+    def _check_rope_entry(self, name: str, entry: dict[str, Any]) -> None:
+        """One layer type's RoPE: a type this model's attention can use, with
+        the entries vLLM's embedding of that type reads."""
+        require_positive_number(f"{name}['rope_theta']", entry.get("rope_theta"))
+        rope_type = entry.get("rope_type")
+        require_choice(f"{name}['rope_type']", rope_type, ROPE_TYPES)
+        for key, what in ROPE_FOREIGN_KEYS.items():
+            if entry.get(key):
+                raise ValueError(
+                    f"{name}[{key!r}] asks for {what}, which Spark2_5 (a text "
+                    f"model) does not use; remove it (got {entry[key]!r})"
+                )
+        required = ROPE_REQUIRED.get(rope_type, ())
+        if rope_type == "dynamic":
+            required = tuple(k for k in ("factor", "alpha") if k in entry)
+            if not required:
+                raise ValueError(
+                    f"{name} with rope_type 'dynamic' needs 'factor' or 'alpha' "
+                    f"(it has {sorted(entry)})"
+                )
+        for key in required:
+            field = f"{name}[{key!r}]"
+            if key not in entry:
+                raise ValueError(
+                    f"{name} with rope_type {rope_type!r} needs {key!r} "
+                    f"(it has {sorted(entry)})"
+                )
+            if key in ("short_factor", "long_factor"):
+                self._check_longrope_factors(field, entry[key], entry)
+            elif key == "original_max_position_embeddings":
+                require_positive_int(field, entry[key])
+            else:
+                require_positive_number(field, entry[key])
+
+    def _check_longrope_factors(
+        self, field: str, value: Any, entry: dict[str, Any]
+    ) -> None:
+        """One positive factor per rotated pair of dimensions."""
+        fraction = entry.get("partial_rotary_factor", 1.0)
+        if not isinstance(fraction, int | float) or isinstance(fraction, bool):
+            fraction = 1.0
+        rotary_dim = entry.get("rope_dim") or int(self.head_dim * fraction)
+        pairs = rotary_dim // 2
+        if (
+            not isinstance(value, list)
+            or len(value) != pairs
+            or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+                for v in value
+            )
+        ):
+            raise ValueError(
+                f"{field} must be a list of {pairs} positive numbers (one per "
+                f"rotated pair of dimensions), got {value!r}"
+            )
 
     def _check_eos_token_id(self) -> None:
         """vLLM stops on these ids (when the checkpoint has no
