@@ -495,6 +495,16 @@ def _not_a_spark2_5_checkpoint(tmp_path: Path) -> Path:
     return path
 
 
+def _two_draft_prefixes(tmp_path: Path, tiny: Path) -> Path:
+    """The tiny checkpoint plus one more draft tensor under ``mtp.``."""
+    from safetensors.torch import save_file
+
+    path = tmp_path / "two-prefixes"
+    shutil.copytree(tiny, path)
+    save_file({"mtp.norm.weight": torch.ones(64)}, str(path / "extra.safetensors"))
+    return path
+
+
 def _sequence_files(tmp: Path) -> None:
     """Sequences files the commands must refuse (the tiny model: 512 ids,
     block size 4), in ``tmp``."""
@@ -551,6 +561,17 @@ def _refusal(capsys, call) -> str:
             lambda tmp, tiny: make_tiny_checkpoint(tmp / "plain"),
             ("--init-draft", "checkpoint"),
             r"--init-draft checkpoint: .* has no draft tensors",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--init-draft", "checkpoint", "--markov-rank", "16"),
+            r"--init-draft checkpoint: .*wrong shape markov_head\.markov_w1\.weight: "
+            r"\(512, 8\) for \(512, 16\)",
+        ),
+        (
+            _two_draft_prefixes,
+            (),
+            r"has draft tensors under several prefixes",
         ),
         (
             lambda tmp, tiny: tiny,
@@ -654,8 +675,9 @@ def _refusal(capsys, call) -> str:
     ],
     ids=[
         "no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft",
-        "log-every", "anchors-per-seq", "gen-len", "gen-len-eval", "num-prompts",
-        "eval-prompts", "lr", "clip", "device", "no-cuda", "too-long",
+        "init-shape", "two-prefixes", "log-every", "anchors-per-seq", "gen-len",
+        "gen-len-eval", "num-prompts", "eval-prompts", "lr", "clip", "device",
+        "no-cuda", "too-long",
         "seq-missing", "seq-not-json", "seq-no-key", "seq-big-id", "seq-negative-id",
         "seq-few",
         "seq-short", "save-no-dir",

@@ -39,6 +39,20 @@ def read_draft(path: Path, prefix: str) -> dict[str, torch.Tensor]:
     return {n[len(prefix) :]: t for n, t in found.items()}
 
 
+def draft_tensor_shapes(path: Path, prefix: str) -> dict[str, tuple[int, ...]]:
+    """The shapes of the draft tensors under ``prefix`` (named without it),
+    read from the shard headers only."""
+    from safetensors import safe_open
+
+    out = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            for n in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                if n.startswith(prefix):
+                    out[n[len(prefix) :]] = tuple(f.get_slice(n).get_shape())
+    return out
+
+
 def read_target_config(path: Path) -> dict[str, Any]:
     """``config.json`` of the Spark2_5 checkpoint at ``path``; ``SystemExit``
     with the reason when ``path`` is not one."""

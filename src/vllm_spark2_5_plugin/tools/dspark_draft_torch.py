@@ -318,17 +318,38 @@ def initial_state(
     return state
 
 
+def state_fit_problem(
+    own: dict[str, tuple[int, ...]], given: dict[str, tuple[int, ...]]
+) -> str | None:
+    """Why tensors of shapes ``given`` cannot fill parameters of shapes
+    ``own`` (names to shapes), or ``None`` when they fit exactly."""
+    missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
+    bad = sorted(n for n in own if n in given and given[n] != own[n])
+    parts = [
+        f"{what} {names}"
+        for what, names in (("missing", missing), ("unexpected", extra))
+        if names
+    ] + [f"wrong shape {n}: {given[n]} for {own[n]}" for n in bad]
+    if not parts:
+        return None
+    return "draft tensors do not fit the draft config: " + "; ".join(parts)
+
+
+def draft_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """The draft's parameter shapes for ``cfg``, without allocating them."""
+    with torch.device("meta"):
+        draft = DSparkDraft(cfg, None, None)
+    return {n: tuple(p.shape) for n, p in draft.named_parameters()}
+
+
 def load_state(draft: DSparkDraft, state: dict[str, torch.Tensor]) -> None:
     own = dict(draft.named_parameters())
-    missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-    bad = [
-        n for n in own if n in state and tuple(state[n].shape) != tuple(own[n].shape)
-    ]
-    if missing or extra or bad:
-        raise ValueError(
-            f"draft tensors do not fit the draft config: missing {missing}, "
-            f"unexpected {extra}, wrong shape {bad}; use --init-draft random"
-        )
+    problem = state_fit_problem(
+        {n: tuple(p.shape) for n, p in own.items()},
+        {n: tuple(t.shape) for n, t in state.items()},
+    )
+    if problem is not None:
+        raise ValueError(f"{problem}; use --init-draft random")
     with torch.no_grad():
         for name, p in own.items():
             p.copy_(state[name])

@@ -34,6 +34,7 @@ from vllm_spark2_5_plugin.tools.dspark_acceptance import (
 )
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     draft_prefix,
+    draft_tensor_shapes,
     noise_token_id,
     read_draft,
     read_target_config,
@@ -55,8 +56,10 @@ from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
 from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
     DSparkDraft,
     draft_loss,
+    draft_shapes,
     initial_state,
     load_state,
+    state_fit_problem,
 )
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import output_dir_problem
 
@@ -242,7 +245,10 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         layer_types=args.draft_layer_types,
         sliding_window=args.draft_sliding_window,
     )
-    prefix_in = draft_prefix(src)
+    try:
+        prefix_in = draft_prefix(src)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     shape_given = any(v is not None for v in shape.values())
     init = args.init_draft or (
         "checkpoint" if prefix_in and not shape_given else "random"
@@ -263,6 +269,17 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
             "--draft-layer-types, --draft-sliding-window or --noise-token-id"
         ) from None
+    if init == "checkpoint":
+        # Before anything is deleted: the checkpoint's draft must fit the
+        # settings (a changed --markov-rank, say, does not).
+        problem = state_fit_problem(
+            draft_shapes(cfg), draft_tensor_shapes(src, prefix_in)
+        )
+        if problem is not None:
+            raise SystemExit(
+                f"--init-draft checkpoint: {src}'s {problem}; keep the draft's "
+                "shape settings or use --init-draft random or target"
+            )
     given = check_data_options(args, raw, cfg.block_size, replace_output)
     if replace_output:
         # Only now that the input and the settings passed their checks.
