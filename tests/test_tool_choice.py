@@ -428,6 +428,23 @@ def _function_tool(name, parameters, strict=None):
             "required",
             r"tool 'f': the required property ' a ' cannot be written",
         ),
+        # required but not declared, and no other key allowed: unsatisfiable.
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "type": "object",
+                        "properties": {"a": {"type": "integer"}},
+                        "required": ["a", "b"],
+                        "additionalProperties": False,
+                    },
+                )
+            ],
+            "required",
+            r"tool 'f': parameters.required lists 'b', which properties does not "
+            r"declare and additionalProperties: false forbids",
+        ),
         # two tools of one name (the grammar and the parser used the first).
         (
             [
@@ -438,7 +455,13 @@ def _function_tool(name, parameters, strict=None):
             r"the tool name\(s\) 'f' are given to more than one tool",
         ),
     ],
-    ids=["xgrammar-refuses", "required-not-names", "required-unwritable", "twice"],
+    ids=[
+        "xgrammar-refuses",
+        "required-not-names",
+        "required-unwritable",
+        "required-undeclared-closed",
+        "twice",
+    ],
 )
 def test_tools_the_grammar_cannot_honour_are_refused_naming_them(
     tools, choice, message
@@ -448,6 +471,26 @@ def test_tools_the_grammar_cannot_honour_are_refused_naming_them(
     with pytest.raises(VLLMValidationError, match=message) as err:
         _adjusted(_request(choice, tools=tools))
     assert err.value.parameter == "tools"
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_required_key_properties_does_not_declare_is_written(matcher_for, strict):
+    # JSON Schema lets it hold any value; the forced call must carry it (it
+    # used to be left out: the call then broke the tool's own schema).
+    tool = _function_tool(
+        "g",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a", "note"],
+        },
+        strict=strict,
+    )
+    request = _request("required", tools=[tool])
+    call = "<tool_call>g\n" + _pair("a", "1") + "{}</tool_call>"
+    assert matcher_for(request, call.format(_pair("note", "any text, 42")))
+    assert not matcher_for(request, call.format(""))
+    assert not matcher_for(request, call.format(_pair("other", "x")))
 
 
 def test_allowed_tools_listing_no_offered_tool_says_so():

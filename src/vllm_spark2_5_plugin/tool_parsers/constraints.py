@@ -190,14 +190,29 @@ def declared_properties(parameters: Any) -> dict[str, Any] | None:
     return properties if isinstance(properties, dict) else None
 
 
+def _writable_key(key: Any) -> bool:
+    """A key the parser reads back as written: text without a tag or a
+    turn-ending token, and no surrounding whitespace (which it strips)."""
+    return isinstance(key, str) and bool(key) and key == key.strip() and _writable(key)
+
+
+def _unwritable_required(tool: ToolSpec, key: str) -> ValueError:
+    return ValueError(
+        f"tool {tool.name!r}: the required property {key!r} cannot be "
+        "written in the spark25 format (a key holds no tag or "
+        "turn-ending token and no surrounding whitespace)"
+    )
+
+
 def arguments_format(tool: ToolSpec) -> Any:
     """The arguments of one call, ``<arg_key>K</arg_key><arg_value>V</arg_value>\\n``
     for each pair.
 
     Declared keys only, each at most once, in declared order; the schema's
-    ``required`` keys are not optional. A key that cannot be written (it holds
-    a tag or a turn-ending token, or has surrounding whitespace, which the
-    parser strips) is left out. Without declared properties (no
+    ``required`` keys are not optional; one that ``properties`` does not
+    declare follows them with a free value. A key that cannot be written (it
+    holds a tag or a turn-ending token, or has surrounding whitespace, which
+    the parser strips) is left out. Without declared properties (no
     ``properties``, or a top level with ``$ref`` / ``allOf`` / ``anyOf`` /
     ``oneOf`` / ``not`` / ``if``) the pairs are free.
     """
@@ -220,16 +235,26 @@ def arguments_format(tool: ToolSpec) -> Any:
         required_keys = set(required)
     elements: list[Any] = []
     for key, schema in properties.items():
-        if not (isinstance(key, str) and key and key == key.strip() and _writable(key)):
+        if not _writable_key(key):
             if key in required_keys:
-                raise ValueError(
-                    f"tool {tool.name!r}: the required property {key!r} cannot be "
-                    "written in the spark25 format (a key holds no tag or "
-                    "turn-ending token and no surrounding whitespace)"
-                )
+                raise _unwritable_required(tool, key)
             continue
         pair = _pair(key, value_format(schema, tool.strict))
         elements.append(pair if key in required_keys else OptionalFormat(content=pair))
+    # Required but not declared: JSON Schema lets such a key hold any value
+    # (unless additionalProperties is false, when no call can be valid).
+    for key in dict.fromkeys(required if isinstance(required, list) else ()):
+        if key in properties:
+            continue
+        if tool.parameters.get("additionalProperties") is False:
+            raise ValueError(
+                f"tool {tool.name!r}: parameters.required lists {key!r}, which "
+                "properties does not declare and additionalProperties: false "
+                "forbids, so no call could be valid"
+            )
+        if not _writable_key(key):
+            raise _unwritable_required(tool, key)
+        elements.append(_pair(key, value_format({}, tool.strict)))
     if not elements:
         return ConstStringFormat(value="")
     return elements[0] if len(elements) == 1 else SequenceFormat(elements=elements)
