@@ -299,3 +299,25 @@ def test_valid_overrides_and_a_disabled_window_still_start(
     assert model_config.max_model_len == fields["max_model_len"]
     if positions is not None:
         assert model_config.hf_config.max_position_embeddings == positions
+
+
+def test_kv_heads_that_tensor_parallelism_cannot_split_are_refused_at_start_up(
+    tmp_path,
+):
+    """vLLM checks only the query heads against the tensor parallel size; 3 KV
+    heads on 2 ranks stopped the worker while it built the model."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(
+        tmp_path / "kv3", num_attention_heads=6, num_key_value_heads=3
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"num_key_value_heads \(3\) and the tensor parallel size \(2\) must "
+        "divide one another",
+    ):
+        _engine_config(path, max_model_len=256, tensor_parallel_size=2)
+    # One rank holds every head; 3 ranks hold one KV head each.
+    for tp in (1, 3):
+        config = _engine_config(path, max_model_len=256, tensor_parallel_size=tp)
+        assert config.parallel_config.tensor_parallel_size == tp

@@ -365,6 +365,22 @@ def check_target_config(vllm_config: Any) -> None:
             "--hf-overrides included)"
         ) from None
     _check_tokenizer_fits(model_config, config)  # vocab_size is an int now
+    _check_kv_heads_split(vllm_config, config)
+
+
+def _check_kv_heads_split(vllm_config: Any, config: Spark2_5Config) -> None:
+    """KV heads are split across tensor-parallel ranks, or replicated when
+    there are fewer than ranks; vLLM's own start-up check covers only the
+    query heads, so a bad pair would otherwise stop the worker."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    tp = getattr(parallel, "tensor_parallel_size", 1) or 1
+    kv = config.num_key_value_heads
+    if kv % tp and tp % kv:
+        raise ValueError(
+            f"num_key_value_heads ({kv}) and the tensor parallel size ({tp}) "
+            "must divide one another: each rank holds a whole share of the KV "
+            "heads, or a copy of one"
+        )
 
 
 def largest_token_id(tokenizer_json: Path) -> int | None:
