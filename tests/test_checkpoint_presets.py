@@ -352,3 +352,24 @@ def test_tiny_makers_dspark_flag_with_a_preset_says_why(tmp_path: Path, capsys):
     argv = [str(tmp_path / "m"), "--preset", "mini", "--dspark"]
     assert "--dspark does not combine with --preset" in _refused(capsys, main, argv)
     assert not (tmp_path / "m").exists()
+
+
+def test_a_dspark_prefix_means_a_draft_under_that_prefix(tmp_path: Path, capsys):
+    """--dspark-prefix alone used to write a checkpoint without a draft."""
+    from safetensors import safe_open
+
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    main([str(tmp_path / "t"), "--dspark-prefix", "mtp."])
+    config = json.loads((tmp_path / "t" / "config.json").read_text())
+    assert config["dspark_block_size"] > 0
+    with safe_open(str(tmp_path / "t" / "model.safetensors"), "pt") as f:
+        drafts = [n for n in f.keys() if n.startswith(("mtp.", "draft_model."))]  # noqa: SIM118
+    assert drafts and all(n.startswith("mtp.") for n in drafts)
+    # A preset's draft that --no-dspark leaves out has nowhere to go.
+    argv = [str(tmp_path / "m"), "--preset", "mini", "--no-dspark"]
+    argv += ["--dspark-prefix", "mtp."]
+    assert "--dspark-prefix places the draft that --no-dspark leaves out" in (
+        _refused(capsys, main, argv)
+    )
+    assert not (tmp_path / "m").exists()

@@ -316,6 +316,26 @@ def test_num_speculative_tokens_is_required(registered, dspark_checkpoint):
         build_spec(dspark_checkpoint)
 
 
+@pytest.mark.parametrize("other", ["plain", "with-draft"])
+def test_a_separate_draft_model_is_refused_naming_model(
+    registered, dspark_checkpoint, tmp_path, other
+):
+    """With "model" set to a checkpoint without a draft, the message said the
+    served checkpoint had none; with another draft, that draft was read."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(tmp_path / other, dspark=other == "with-draft")
+    with pytest.raises(ValueError, match=r'sets "model": .* Remove "model"'):
+        build_spec(dspark_checkpoint, num_speculative_tokens=4, model=str(path))
+    # The served checkpoint's own path, spelled differently, is fine.
+    spec = build_spec(
+        dspark_checkpoint,
+        num_speculative_tokens=4,
+        model=str(dspark_checkpoint) + "/",
+    )
+    assert spec.draft_model_config.hf_config.model_type == "spark2_5"
+
+
 def test_alias_only_checkpoint_through_vllm(registered, dspark_checkpoint, tmp_path):
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
         get_eagle3_aux_layers_from_config,

@@ -468,6 +468,30 @@ def test_the_tool_refuses_what_it_cannot_quantize_before_any_work(tmp_path, caps
     assert not (src / "fp8").exists()
 
 
+def test_the_tool_without_llm_compressor_says_where_to_get_it(
+    tmp_path, capsys, monkeypatch
+):
+    """Run from vLLM's environment it used to end in a ModuleNotFoundError
+    traceback."""
+    import importlib.util
+
+    from vllm_spark2_5_plugin.tools.quantize_fp8 import main
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llmcompressor" else real(name, *a),
+    )
+    src = make_tiny_checkpoint(tmp_path / "src")
+    with pytest.raises(SystemExit):
+        main([str(src), str(tmp_path / "out")])
+    said = capsys.readouterr().err
+    assert "llm-compressor is not installed" in said and "tools/llmc-env.sh" in said
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_tool_never_writes_over_its_input(tmp_path, capsys):
     """Output == input used to overwrite the source checkpoint's weights and
     config before failing on a file copy. Refused before any work now (no

@@ -28,6 +28,7 @@ Only Transformers-free, torch-free code lives here; vLLM is imported lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vllm_spark2_5_plugin.configs.checks import (
@@ -287,6 +288,31 @@ def is_spark2_5_dspark(spec_config: Any) -> bool:
     return getattr(target.hf_config, "model_type", None) == MODEL_TYPE
 
 
+def refuse_separate_draft(spec_config: Any) -> None:
+    """Refuse a ``"model"`` other than the served checkpoint.
+
+    A Spark2_5 DSpark draft lives in the target's checkpoint (vLLM uses the
+    target's path when ``"model"`` is left out). Another path would be read
+    for the draft's config and tensors, and a path without a draft would be
+    reported as the served checkpoint having none.
+    """
+    draft = getattr(spec_config.draft_model_config, "model", None)
+    target = getattr(spec_config.target_model_config, "model", None)
+    if draft == target or (
+        draft is not None
+        and target is not None
+        and Path(draft).exists()
+        and Path(draft).resolve() == Path(target).resolve()
+    ):
+        return
+    raise ValueError(
+        f'--speculative-config sets "model": {draft!r}, but a Spark2_5 DSpark '
+        f"draft is read from the served checkpoint ({target!r}). Remove "
+        '"model"; to serve the draft of another checkpoint (e.g. one written '
+        "by spark2_5-train-dspark), serve that checkpoint"
+    )
+
+
 def refuse_draft_overrides(target_model_config: Any) -> None:
     """Refuse ``--hf-overrides`` of DSpark fields, which would be ignored.
 
@@ -321,6 +347,7 @@ def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     """
     target_hf = spec_config.target_model_config.hf_config
     draft_hf = spec_config.draft_model_config.hf_config
+    refuse_separate_draft(spec_config)
     refuse_draft_overrides(spec_config.target_model_config)
     settings = read_dspark_settings(
         draft_hf,

@@ -514,6 +514,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     path = Path(args.path)
     # Every input is checked before anything is written or replaced.
+    if args.no_dspark and args.dspark_prefix is not None:
+        parser.error("--dspark-prefix places the draft that --no-dspark leaves out")
     outs = {arch: in_tree_path(path, arch) for arch in dict.fromkeys(args.in_tree)}
     if args.in_tree_only:
         if not outs:
@@ -521,6 +523,7 @@ def main(argv: list[str] | None = None) -> None:
         for flag, used in (
             ("--set", args.set),
             ("--no-dspark", args.no_dspark),
+            ("--dspark-prefix", args.dspark_prefix is not None),
             ("--branch-scale", args.branch_scale is not None),
         ):
             if used:
@@ -539,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
                 seed=args.seed,
                 dtype=getattr(torch, args.dtype),
                 dspark=not args.no_dspark,
-                dspark_prefix=args.dspark_prefix,
+                dspark_prefix=args.dspark_prefix or DRAFT_WEIGHT_PREFIXES[0],
                 branch_scale=args.branch_scale,
                 overwrite=args.overwrite,
                 **_parse_set(args.set),

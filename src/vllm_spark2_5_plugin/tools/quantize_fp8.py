@@ -33,6 +33,7 @@ embeddings and norms (not ``Linear``), and the draft.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import shutil
@@ -351,6 +352,12 @@ def main(argv: list[str] | None = None) -> None:
         check_directories(Path(args.src), Path(args.dst))
     except ValueError as exc:
         parser.error(str(exc))
+    if importlib.util.find_spec("llmcompressor") is None:
+        parser.error(
+            "llm-compressor is not installed in this environment (its pins "
+            "conflict with vLLM's): create its own with `bash tools/llmc-env.sh` "
+            "and run this tool with .venv-llmc/bin/python"
+        )
     summary = quantize(args.src, args.dst, args.scheme)
     print(
         f"wrote {args.dst}: {len(summary['quantized'])} FP8 linear weights, "

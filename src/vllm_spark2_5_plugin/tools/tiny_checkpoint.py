@@ -326,7 +326,8 @@ def add_checkpoint_arguments(
     parser.add_argument(
         "--dspark-prefix",
         choices=DRAFT_WEIGHT_PREFIXES,
-        default=DRAFT_WEIGHT_PREFIXES[0],
+        default=None,
+        help=f"where the draft's tensors go (default {DRAFT_WEIGHT_PREFIXES[0]})",
     )
 
 
@@ -400,18 +401,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_checkpoint_arguments(parser, default_dtype="float32")
     parser.add_argument(
-        "--dspark", action="store_true", help="add DSpark draft config and weights"
+        "--dspark",
+        action="store_true",
+        help="add DSpark draft config and weights (implied by --dspark-prefix)",
     )
     args = parser.parse_args(argv)
     refuse_non_empty(parser, args)
+    dspark = args.dspark or args.dspark_prefix is not None
     try:
         prepare_dir(Path(args.path), args.overwrite)
         out = make_tiny_checkpoint(
             args.path,
             seed=args.seed,
             dtype=getattr(torch, args.dtype),
-            dspark=args.dspark,
-            dspark_prefix=args.dspark_prefix,
+            dspark=dspark,
+            dspark_prefix=args.dspark_prefix or DRAFT_WEIGHT_PREFIXES[0],
         )
     except OSError as exc:
         raise SystemExit(
