@@ -296,7 +296,10 @@ class Spark2_5Config(PreTrainedConfig):
         fraction = entry.get("partial_rotary_factor", 1.0)
         if not isinstance(fraction, int | float) or isinstance(fraction, bool):
             fraction = 1.0
-        rotary_dim = entry.get("rope_dim") or int(self.head_dim * fraction)
+        rope_dim = entry.get("rope_dim")
+        rotary_dim = (
+            rope_dim if is_positive_int(rope_dim) else int(self.head_dim * fraction)
+        )
         pairs = rotary_dim // 2
         if (
             not isinstance(value, list)
