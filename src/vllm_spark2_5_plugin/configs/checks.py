@@ -34,8 +34,13 @@ def require_token_id(name: str, value: Any, vocab_size: int, why: str = "") -> N
         )
 
 
+def is_positive_number(value: Any) -> bool:
+    """An int or float above 0 (a ``bool`` is not a number here)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
+
+
 def require_positive_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if not is_positive_number(value):
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 

@@ -16,6 +16,7 @@ from transformers import PreTrainedConfig
 
 from vllm_spark2_5_plugin.configs.checks import (
     is_positive_int,
+    is_positive_number,
     require_bool,
     require_choice,
     require_layer_types,
@@ -304,10 +305,7 @@ class Spark2_5Config(PreTrainedConfig):
         if (
             not isinstance(value, list)
             or len(value) != pairs
-            or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) and v > 0
-                for v in value
-            )
+            or not all(is_positive_number(v) for v in value)
         ):
             raise ValueError(
                 f"{field} must be a list of {pairs} positive numbers (one per "
