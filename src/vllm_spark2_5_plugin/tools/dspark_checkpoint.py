@@ -22,35 +22,37 @@ INDEX = "model.safetensors.index.json"
 DRAFT_SHARD = "model-dspark-draft.safetensors"
 
 
-def read_tensors(path: Path, keep) -> dict[str, torch.Tensor]:
-    """The tensors of every shard whose name ``keep`` accepts."""
+def _from_shards(path: Path, keep, read) -> dict[str, Any]:
+    """``read(file, name)`` of every tensor whose name ``keep`` accepts, over
+    the checkpoint's shards."""
     from safetensors import safe_open
 
     out = {}
     for shard in sorted(path.glob("*.safetensors")):
         with safe_open(str(shard), framework="pt") as f:
-            out.update({n: f.get_tensor(n) for n in f.keys() if keep(n)})  # noqa: SIM118
+            out.update({n: read(f, n) for n in f.keys() if keep(n)})  # noqa: SIM118
     return out
+
+
+def read_tensors(path: Path, keep) -> dict[str, torch.Tensor]:
+    """The tensors of every shard whose name ``keep`` accepts."""
+    return _from_shards(path, keep, lambda f, n: f.get_tensor(n))
+
+
+def _draft(path: Path, prefix: str, read) -> dict[str, Any]:
+    found = _from_shards(path, lambda n: n.startswith(prefix), read)
+    return {n[len(prefix) :]: value for n, value in found.items()}
 
 
 def read_draft(path: Path, prefix: str) -> dict[str, torch.Tensor]:
     """The draft tensors under ``prefix``, named without it."""
-    found = read_tensors(path, lambda n: n.startswith(prefix))
-    return {n[len(prefix) :]: t for n, t in found.items()}
+    return _draft(path, prefix, lambda f, n: f.get_tensor(n))
 
 
 def draft_tensor_shapes(path: Path, prefix: str) -> dict[str, tuple[int, ...]]:
     """The shapes of the draft tensors under ``prefix`` (named without it),
     read from the shard headers only."""
-    from safetensors import safe_open
-
-    out = {}
-    for shard in sorted(path.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            for n in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                if n.startswith(prefix):
-                    out[n[len(prefix) :]] = tuple(f.get_slice(n).get_shape())
-    return out
+    return _draft(path, prefix, lambda f, n: tuple(f.get_slice(n).get_shape()))
 
 
 def read_target_config(path: Path) -> dict[str, Any]:
@@ -74,15 +76,10 @@ def read_target_config(path: Path) -> dict[str, Any]:
 
 def draft_prefix(path: Path) -> str | None:
     """The one draft prefix the checkpoint's tensors use (``None``: no draft)."""
-    from safetensors import safe_open
-
-    found = set()
-    for shard in path.glob("*.safetensors"):
-        with safe_open(str(shard), framework="pt") as f:
-            names = list(f.keys())  # noqa: SIM118 (safe_open is not a dict)
-            found |= {
-                p for n in names for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)
-            }
+    names = _from_shards(
+        path, lambda n: n.startswith(DRAFT_WEIGHT_PREFIXES), lambda f, n: None
+    )
+    found = {p for n in names for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)}
     if len(found) > 1:
         raise ValueError(f"{path} has draft tensors under several prefixes {found}")
     return found.pop() if found else None
