@@ -243,12 +243,23 @@ def reference_tokens(tiny_checkpoint, prompt_ids):
 def test_multiprocess_engine_discovers_plugin_through_entry_point(
     tiny_checkpoint, prompt_ids, reference_tokens
 ):
+    from vllm.platforms import current_platform
+
     tokens, log = run_engine(tiny_checkpoint, prompt_ids, {}, enforce_eager=True)
     assert tokens == reference_tokens
-    core = [line for line in log.splitlines() if line.startswith("(EngineCore")]
+    lines = log.splitlines()
+    said = "vllm-spark2_5-plugin: registered"
+    # The front end says it once, when its engine config is built.
+    front = [ln for ln in lines if ln.startswith("(MainProcess") and said in ln]
+    assert len(front) == 1, "the front end said:\n" + "\n".join(front or lines[-40:])
+    core = [line for line in lines if line.startswith("(EngineCore")]
     assert core, "no engine-core process logged: " + log[-2000:]
-    registered = [line for line in core if "vllm-spark2_5-plugin: registered" in line]
-    assert registered, "the engine core logged no registration:\n" + "\n".join(core)
+    if current_platform.is_cpu():
+        # The CPU build spawns the engine core, which loads the plugin through
+        # its entry point again (a forked one, the CUDA build's default,
+        # inherits the front end's registration and says nothing).
+        registered = [line for line in core if said in line]
+        assert registered, "the engine core logged no registration:\n" + "\n".join(core)
 
 
 @pytest.mark.slow

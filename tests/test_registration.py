@@ -72,6 +72,31 @@ vllm_spark2_5_plugin.register()  # idempotent: no second registration, no second
     assert "tested with vLLM 0.32.0 but running" not in log
 
 
+def test_front_end_says_the_line_once_when_its_engine_config_is_built(
+    tiny_checkpoint,
+):
+    # The front end's order (LLM, vllm serve): EngineArgs loads the plugins
+    # before vLLM configures logging, so the line waits for the engine config.
+    # An engine core forked from here (the CUDA build) inherits the plugin's
+    # state and does not register again: this is then the only line.
+    result = run_python(
+        f"""
+from vllm.engine.arg_utils import EngineArgs
+args = EngineArgs(model={str(tiny_checkpoint)!r}, dtype="float32",
+                  max_model_len=256, skip_tokenizer_init=True)
+print("BEFORE_CONFIG", flush=True)
+args.create_engine_config()
+import vllm_spark2_5_plugin
+vllm_spark2_5_plugin.register()
+args.create_engine_config()  # a second engine in the process: no second line
+"""
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert log.count(SUCCESS) == 1, log[-3000:]
+    assert "running vLLM 0.32.0" in log
+
+
 def test_importing_the_package_imports_neither_torch_nor_vllm():
     result = run_python(
         "import sys, vllm_spark2_5_plugin as p\n"

@@ -35,6 +35,8 @@ _DRAFT_CLASS = f"{__name__}.models.spark2_5_dspark:{DRAFT_ARCH}"
 _TOOL_PARSER = (f"{__name__}.tool_parsers.spark25", "Spark25ToolParser")
 
 _registered = False
+#: INFO lines said before vLLM configured its logging in this process.
+_unsaid: list[tuple[str, tuple[object, ...]]] = []
 
 
 def _logger():
@@ -42,6 +44,33 @@ def _logger():
     from vllm.logger import init_logger
 
     return init_logger("vllm.spark2_5_plugin")
+
+
+def _info(msg: str, *args: object) -> None:
+    """Log an INFO line now, or when this process builds its engine config.
+
+    vLLM loads plugins in the front-end process (``LLM``, ``vllm serve``)
+    before it configures logging there, so a line logged at once would be
+    dropped; and an engine core started by fork (the CUDA build's default)
+    inherits this module's state and never registers again. Such a line
+    waits until ``VllmConfig`` is built, after vLLM's handler exists.
+    """
+    import logging
+
+    if logging.getLogger("vllm").handlers:
+        _logger().info(msg, *args)
+        return
+    if not _unsaid:
+        from vllm_spark2_5_plugin import vllm_seam
+
+        vllm_seam.check_before_vllm_config(_say_unsaid)
+    _unsaid.append((msg, args))
+
+
+def _say_unsaid(_vllm_config: object = None) -> None:
+    while _unsaid:
+        msg, args = _unsaid.pop(0)
+        _logger().info(msg, *args)
 
 
 def _override_requested() -> bool:
@@ -90,7 +119,7 @@ def _register() -> None:
     override = _override_requested()
     in_tree = _foreign(vllm_seam.registered_model_module(TARGET_ARCH))
     if in_tree is not None and not override:
-        log.info(
+        _info(
             "%s: vLLM %s already provides %s (%s); standing down and leaving it "
             "active. Set %s=1 to use the plugin's model, draft and tool parser "
             "instead.",
@@ -123,7 +152,7 @@ def _register() -> None:
 
     vllm_seam.check_chat_messages(check_spark2_5_history)
 
-    log.info(
+    _info(
         "%s: registered %s -> %s (tested with vLLM %s, running vLLM %s)%s",
         PLUGIN_NAME,
         TARGET_ARCH,

@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 
 
 def _wrap_method(cls: type, name: str, before: Callable[[Any], None]) -> None:
-    """Run ``before(self)`` ahead of ``cls.name``; idempotent per class."""
+    """Run ``before(self)`` ahead of ``cls.name``; idempotent per ``before``
+    (the wrapper carries the checks it and the wrappers inside it run)."""
     current = getattr(cls, name)
-    if getattr(current, _WRAPPED, False):
+    installed = getattr(current, _WRAPPED, ())
+    if before in installed:
         return
 
     @functools.wraps(current)
@@ -33,7 +35,7 @@ def _wrap_method(cls: type, name: str, before: Callable[[Any], None]) -> None:
         before(self)
         return current(self, *args, **kwargs)
 
-    setattr(wrapper, _WRAPPED, True)
+    setattr(wrapper, _WRAPPED, (*installed, before))
     setattr(cls, name, wrapper)
 
 
