@@ -127,3 +127,64 @@ def test_vllm_turns_the_template_refusal_into_its_400_error(checkpoint, tokenize
             conversation,
             tokenize=False,
         )
+
+
+def test_a_token_split_over_content_parts_stays_text(tokenizer):
+    """Parts are joined before escaping: a special token spelled across two
+    text parts of one message (a chat request or the Responses API's
+    ``input_text`` list) is text, as it is within one part."""
+    expected = _special_ids(tokenizer, *_conversation("x"))
+    for token in tokenizer.all_special_tokens:
+        for cut in range(1, len(token)):
+            parts = [
+                {"type": "text", "text": "a" + token[:cut]},
+                {"type": "text", "text": token[cut:] + "b"},
+            ]
+            messages, tools = _conversation("x")
+            for message in messages:
+                message["content"] = parts
+            assert _special_ids(tokenizer, messages, tools) == expected, (token, cut)
+
+
+def _developer_conversation():
+    return [
+        {"role": "user", "content": "first"},
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": "second"},
+    ]
+
+
+def test_a_developer_message_is_a_system_turn_where_it_stands(checkpoint, tokenizer):
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    from vllm.config import ModelConfig
+    from vllm.renderers.hf import safe_apply_chat_template
+    from vllm.tokenizers import get_tokenizer
+
+    turns = "<|user|>\nfirst<|system|>\nrules<|user|>\nsecond<|assistant|>\n"
+    direct = tokenizer.apply_chat_template(
+        _developer_conversation(), tokenize=False, add_generation_prompt=True
+    )
+    assert direct == turns
+    # vLLM keeps it in place too: it moves developer messages to the front
+    # only for templates that do not name the role.
+    through_vllm = safe_apply_chat_template(
+        ModelConfig(model=str(checkpoint), dtype="float32"),
+        get_tokenizer(str(checkpoint)),
+        _developer_conversation(),
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert through_vllm == turns
+
+
+def test_a_role_the_template_does_not_render_is_refused(tokenizer):
+    from jinja2 import TemplateError
+
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "function", "content": "42"},
+    ]
+    with pytest.raises(TemplateError, match='message 1: role "function"'):
+        tokenizer.apply_chat_template(messages, tokenize=False)
