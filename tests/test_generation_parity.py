@@ -169,6 +169,67 @@ def test_scaled_rope_types_at_unit_scale_serve_plain_rope(
     assert_matches_reference(path, results, prompt_ids[:1])
 
 
+@pytest.mark.slow
+def test_positions_past_max_position_embeddings_when_one_type_is_scaled(tmp_path):
+    """vLLM takes the longest context from the scaled type (64 x 2 = 128
+    positions here); the unscaled type's RoPE must reach that far too (its
+    table held 64 positions, and positions past it read outside it)."""
+    path = make_tiny_checkpoint(
+        tmp_path / "scaled-one-type",
+        seed=7,
+        max_position_embeddings=64,
+        layer_types=[F, S, F, S],
+        sliding_window=7,
+        rope_parameters={
+            S: {"rope_type": "linear", "factor": 2.0, "rope_theta": 10_000.0},
+            F: {"rope_type": "default", "rope_theta": 500_000.0},
+        },
+    )
+    gen = torch.Generator().manual_seed(99)
+    prompt = [torch.randint(20, 500, (100,), generator=gen).tolist()]
+    results = greedy_generate(path, prompt, MAX_TOKENS, max_model_len=128)
+    assert len(results[0][0]) == MAX_TOKENS
+    assert_matches_reference(path, results, prompt)
+
+
+def test_rope_tables_lengthen_only_where_the_rotation_stays(tiny_checkpoint):
+    """Default and dynamic NTK tables grow with the same rows first (dynamic
+    takes its trained length from the table's); longrope keeps two tables of
+    lengths that enter its scaling, so a longer context is refused."""
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.models.spark2_5 import build_rope
+
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    # longrope reads the engine's max_model_len from the current config.
+    engine = VllmConfig(model_config=ModelConfig(model=str(tiny_checkpoint)))
+    config = Spark2_5Config(
+        max_position_embeddings=64,
+        head_dim=32,
+        rope_parameters={
+            S: {
+                "rope_type": "longrope",
+                "rope_theta": 10_000.0,
+                "short_factor": [1.0] * 16,
+                "long_factor": [2.0] * 16,
+                "original_max_position_embeddings": 32,
+            },
+            F: {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10_000.0},
+        },
+    )
+    with set_current_vllm_config(engine):
+        short = build_rope(32, config, F, None).cos_sin_cache
+        longer = build_rope(32, config, F, 300).cos_sin_cache
+        assert longer.shape[0] >= 300 > short.shape[0]
+        assert torch.equal(longer[: short.shape[0]], short)
+        build_rope(32, config, S, 64)
+        with pytest.raises(ValueError, match=r"sliding_attention .*max-model-len 64\)"):
+            build_rope(32, config, S, 300)
+
+
 def test_sliding_window_changes_the_output(prompt_ids, tmp_path):
     """Guards the parity test: the window must matter for these prompts."""
     path = make_tiny_checkpoint(tmp_path / "w", seed=7, layer_types=[S] * 4)

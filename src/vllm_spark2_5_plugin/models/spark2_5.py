@@ -132,6 +132,60 @@ class Spark2_5LayerSpec:
     cache_config: CacheConfig | None = None
     quant_config: QuantizationConfig | None = None
     kv_cache_window: KVCacheWindow = SAME_WINDOW
+    #: The positions the layer must rotate (the engine's longest sequence);
+    #: None: ``max_position_embeddings``.
+    max_positions: int | None = None
+
+
+def build_rope(
+    head_dim: int, config: Spark2_5Config, layer_type: str, max_positions: int | None
+) -> nn.Module:
+    """vLLM's RoPE for ``layer_type``, its table long enough for
+    ``max_positions``.
+
+    vLLM takes the longest context from one layer type's scaling factor
+    (``max_position_embeddings`` x factor) and assumes every type shares it;
+    with the types scaled differently (or ``ntk``, whose table is not
+    scaled), a table of ``max_position_embeddings`` rows would be read past
+    its end. Such a table is rebuilt longer, which is only right where its
+    length does not enter the frequencies: the new table must begin with the
+    old one. Otherwise (or with no single table to check, as ``longrope``
+    keeps two) the length is refused.
+    """
+    params = config.rope_parameters[layer_type]
+    mpe = config.max_position_embeddings
+
+    def rope_for(max_position: int) -> nn.Module:
+        return get_rope(
+            head_dim,
+            max_position=max_position,
+            rope_parameters=params,
+            is_neox_style=True,
+        )
+
+    rope = rope_for(mpe)
+    table = getattr(rope, "cos_sin_cache", None)
+    rows = mpe if table is None else table.shape[0]
+    if max_positions is None or rows >= max_positions:
+        return rope
+    if table is not None:
+        longer = rope_for(-(-max_positions * mpe // rows))  # rows grow with it
+        wider = getattr(longer, "cos_sin_cache", None)
+        if (
+            wider is not None
+            and wider.shape[0] >= max_positions
+            and torch.allclose(
+                wider[:rows].float(), table.float(), rtol=1e-5, atol=1e-6
+            )
+        ):
+            return longer
+    raise ValueError(
+        f"max_model_len {max_positions} is longer than the RoPE of the "
+        f"{layer_type} layers reaches: rope_parameters.{layer_type} (rope_type "
+        f"{params.get('rope_type')!r}) covers {rows} positions and cannot be "
+        f"extended without changing its rotation; serve at most {rows} tokens "
+        f"(--max-model-len {rows})"
+    )
 
 
 def declared_kv_cache_window(spec: Spark2_5LayerSpec) -> int | None:
@@ -208,11 +262,8 @@ class Spark2_5Attention(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.o_proj",
         )
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            max_position=config.max_position_embeddings,
-            rope_parameters=config.rope_parameters[spec.layer_type],
-            is_neox_style=True,
+        self.rotary_emb = build_rope(
+            self.head_dim, config, spec.layer_type, spec.max_positions
         )
         self.attn = Attention(
             self.num_heads,
@@ -325,6 +376,7 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
                 config.sliding_window,
                 cache_config,
                 quant_config,
+                max_positions=vllm_config.model_config.max_model_len,
             )
             return Spark2_5DecoderLayer(spec, prefix=prefix)
 

@@ -128,6 +128,9 @@ class Spark2_5DSparkModel(nn.Module):
                     cache_config,
                     quant_config,
                     kv_cache_window=kv_cache_window,  # sliding layers only
+                    # The target's longest sequence, plus the draft block.
+                    max_positions=vllm_config.model_config.max_model_len
+                    + (settings.block_size or 0),
                 ),
                 prefix=maybe_prefix(prefix, f"layers.{start_layer_id + j}"),
             )
