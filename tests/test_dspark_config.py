@@ -502,8 +502,15 @@ def test_hooks_are_installed_once_and_only_act_on_spark2_5_dspark(registered):
     install_dspark_config_hooks()
     install_dspark_config_hooks()
     assert (SpeculativeConfig.update_arch_, VllmConfig.__post_init__) == wrappers
-    for wrapper in wrappers:  # exactly one layer of wrapping around vLLM's
-        assert not hasattr(wrapper.__wrapped__, "__wrapped__")
+    from vllm_spark2_5_plugin.vllm_seam.hooks import WRAPPED
+
+    for wrapper in wrappers:  # one layer of wrapping per check around vLLM's
+        checks = getattr(wrapper, WRAPPED)
+        assert len(set(checks)) == len(checks)
+        depth, inner = 0, wrapper
+        while hasattr(inner, "__wrapped__"):
+            depth, inner = depth + 1, inner.__wrapped__
+        assert depth == len(checks)
 
     def spec(method, model_type):
         target = SimpleNamespace(hf_config=SimpleNamespace(model_type=model_type))

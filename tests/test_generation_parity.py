@@ -198,10 +198,9 @@ def test_rope_tables_lengthen_only_where_the_rotation_stays(tiny_checkpoint):
     lengths that enter its scaling, so a longer context is refused."""
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
 
+    import vllm_spark2_5_plugin
     from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
     from vllm_spark2_5_plugin.models.spark2_5 import build_rope
-
-    import vllm_spark2_5_plugin
 
     vllm_spark2_5_plugin.register()
     # longrope reads the engine's max_model_len from the current config.

@@ -88,6 +88,66 @@ SIZE_FIELDS = (
 DEFAULT_ROPE_THETA = {SLIDING: 10_000.0, FULL: 1_000_000.0}
 
 
+#: The config attributes that hold RoPE settings: ``rope_scaling`` is
+#: Transformers' legacy name of ``rope_parameters``, ``rope_theta`` the legacy
+#: theta of both layer types.
+ROPE_FIELDS = ("rope_parameters", "rope_scaling", "rope_theta")
+# Where a Spark2_5Config keeps its RoPE fields as given (not serialised).
+_ROPE_GIVEN = "_rope_given"
+
+
+def normalize_rope_parameters(
+    params: Any, legacy_theta: Any, max_position_embeddings: Any
+) -> dict[str, dict[str, Any]]:
+    """Bring every accepted RoPE spelling to one dict per layer type.
+
+    ``params`` is ``rope_parameters`` (or, without it, the legacy
+    ``rope_scaling``): per layer type, or one flat set for both, or None;
+    a missing type or theta gets the type's default, and a legacy
+    ``legacy_theta`` only fills in a missing theta (docs/model.md, "RoPE
+    parameters"). The one reading of ``config.json`` and of fields assigned
+    later (``--hf-overrides``).
+    """
+    params = copy.deepcopy(params)
+    if params is None:
+        per_type = {t: {"rope_type": "default"} for t in LAYER_TYPES}
+    elif not isinstance(params, dict):
+        raise ValueError(
+            f"rope_parameters must be a dict, got {type(params).__name__}: {params!r}"
+        )
+    elif any(key in params for key in LAYER_TYPES):
+        unknown = sorted(set(params) - set(LAYER_TYPES))
+        if unknown:
+            raise ValueError(
+                f"rope_parameters mixes per-layer-type entries with other keys "
+                f"{unknown}; use only {list(LAYER_TYPES)} as keys, or a flat "
+                "dict that applies to both layer types"
+            )
+        for t in LAYER_TYPES:
+            if not isinstance(params.get(t) or {}, dict):
+                raise ValueError(
+                    f"rope_parameters[{t!r}] must be a dict such as "
+                    f'{{"rope_type": "default", "rope_theta": 10000.0}}, got '
+                    f"{params[t]!r}"
+                )
+        per_type = {t: dict(params.get(t) or {}) for t in LAYER_TYPES}
+    else:  # a flat dict applies to both layer types
+        per_type = {t: dict(params) for t in LAYER_TYPES}
+
+    for layer_type, entry in per_type.items():
+        if "type" in entry and "rope_type" not in entry:
+            entry["rope_type"] = entry.pop("type")
+        entry.setdefault("rope_type", "default")
+        if legacy_theta is not None:
+            entry.setdefault("rope_theta", legacy_theta)
+        entry.setdefault("rope_theta", DEFAULT_ROPE_THETA[layer_type])
+        if entry["rope_type"] in ("llama3", "yarn", "longrope"):
+            entry.setdefault(
+                "original_max_position_embeddings", max_position_embeddings
+            )
+    return per_type
+
+
 def default_layer_types(num_hidden_layers: int) -> list[str]:
     """Every fourth layer (i % 4 == 3) is full attention, the rest slide."""
     return [FULL if i % 4 == 3 else SLIDING for i in range(num_hidden_layers)]
@@ -117,7 +177,8 @@ class Spark2_5Config(PreTrainedConfig):
             `{"sliding_attention": {...}, "full_attention": {...}}`. A flat dict
             (one `rope_type`/`rope_theta`/scaling set) applies to both types;
             the legacy top-level keys `rope_theta` and `rope_scaling` are
-            accepted and also apply to both types.
+            accepted and also apply to both types. Assigned to a loaded config
+            (`--hf-overrides`), they are read the same way.
         attention_bias (`bool`, defaults to `False`): biases on q/k/v projections.
         attention_output_gate (`bool`, defaults to `True`): multiply each head's
             attention output by `sigmoid(x W_g)[head]` (`g_proj`).
@@ -167,57 +228,94 @@ class Spark2_5Config(PreTrainedConfig):
     # -- RoPE ---------------------------------------------------------------
 
     def convert_rope_params_to_dict(self, **kwargs: Any) -> dict[str, Any]:
-        """Bring every accepted RoPE spelling to one dict per layer type.
+        """Bring the RoPE fields to one dict per layer type.
 
         Called by ``PreTrainedConfig.__post_init__`` with the keys that are not
         dataclass fields; the legacy ``rope_theta``/``rope_scaling`` are popped
-        here. Explicit ``rope_parameters`` win over legacy keys; a legacy
-        ``rope_theta`` only fills in a missing theta.
+        here. The fields as given are kept, so that one assigned later (vLLM's
+        ``--hf-overrides``) is read with them (:meth:`__setattr__`).
         """
         legacy_scaling = kwargs.pop("rope_scaling", None)
-        legacy_theta = kwargs.pop("rope_theta", None)
-        params = copy.deepcopy(self.rope_parameters)
-        if params is None:
-            params = copy.deepcopy(legacy_scaling) if legacy_scaling else None
-        if params is None:
-            per_type = {t: {"rope_type": "default"} for t in LAYER_TYPES}
-        elif not isinstance(params, dict):
-            raise ValueError(
-                f"rope_parameters must be a dict, got {type(params).__name__}: "
-                f"{params!r}"
-            )
-        elif any(key in params for key in LAYER_TYPES):
-            unknown = sorted(set(params) - set(LAYER_TYPES))
-            if unknown:
-                raise ValueError(
-                    f"rope_parameters mixes per-layer-type entries with other keys "
-                    f"{unknown}; use only {list(LAYER_TYPES)} as keys, or a flat "
-                    "dict that applies to both layer types"
-                )
-            for t in LAYER_TYPES:
-                if not isinstance(params.get(t) or {}, dict):
-                    raise ValueError(
-                        f"rope_parameters[{t!r}] must be a dict such as "
-                        f'{{"rope_type": "default", "rope_theta": 10000.0}}, got '
-                        f"{params[t]!r}"
-                    )
-            per_type = {t: dict(params.get(t) or {}) for t in LAYER_TYPES}
-        else:  # a flat dict applies to both layer types
-            per_type = {t: dict(params) for t in LAYER_TYPES}
-
-        for layer_type, entry in per_type.items():
-            if "type" in entry and "rope_type" not in entry:
-                entry["rope_type"] = entry.pop("type")
-            entry.setdefault("rope_type", "default")
-            if legacy_theta is not None:
-                entry.setdefault("rope_theta", legacy_theta)
-            entry.setdefault("rope_theta", DEFAULT_ROPE_THETA[layer_type])
-            if entry["rope_type"] in ("llama3", "yarn", "longrope"):
-                entry.setdefault(
-                    "original_max_position_embeddings", self.max_position_embeddings
-                )
-        self.rope_parameters = per_type
+        given = {
+            "rope_parameters": copy.deepcopy(
+                self.rope_parameters
+                if self.rope_parameters is not None or not legacy_scaling
+                else legacy_scaling
+            ),
+            "rope_theta": kwargs.pop("rope_theta", None),
+            "assigned": [],
+        }
+        self.rope_parameters = normalize_rope_parameters(
+            given["rope_parameters"], given["rope_theta"], self.max_position_embeddings
+        )
+        self.__dict__[_ROPE_GIVEN] = given
         return kwargs
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A RoPE field assigned to a loaded config (vLLM applies
+        ``--hf-overrides`` so) is read as config.json's would be:
+        ``rope_parameters`` or ``rope_scaling`` (Transformers' other name for
+        it) replaces the given RoPE settings, ``rope_theta`` the legacy
+        top-level theta, and the result is normalised at once, before vLLM
+        reads it."""
+        given = self.__dict__.get(_ROPE_GIVEN)
+        if given is None or name not in ROPE_FIELDS:
+            super().__setattr__(name, value)  # still being built, or no RoPE field
+            return
+        if name != "rope_theta" and value == self.rope_parameters:
+            # Transformers' ``standardize_rope_params`` re-assigns the dict.
+            super().__setattr__("rope_parameters", value)
+            return
+        key = "rope_theta" if name == "rope_theta" else "rope_parameters"
+        fields = {**given, key: copy.deepcopy(value)}
+        try:
+            per_type = normalize_rope_parameters(
+                fields["rope_parameters"],
+                fields["rope_theta"],
+                self.max_position_embeddings,
+            )
+            for layer_type, entry in per_type.items():
+                self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc} (from {name}={value!r} set on the loaded config, e.g. "
+                "by --hf-overrides)"
+            ) from None
+        given.update(fields, assigned=[*given["assigned"], name])
+        super().__setattr__("rope_parameters", per_type)
+
+    def _check_rope_assignments(self) -> None:
+        """Refuse RoPE fields assigned after loading that name one setting
+        twice, or that would change nothing."""
+        given = self.__dict__.get(_ROPE_GIVEN) or {"assigned": []}
+        if {"rope_parameters", "rope_scaling"} <= set(given["assigned"]):
+            raise ValueError(
+                "rope_parameters and rope_scaling are both set; rope_scaling is "
+                "the legacy name of rope_parameters: give one of them"
+            )
+        if "rope_theta" not in given["assigned"]:
+            return
+        theta = given["rope_theta"]
+        with_theta, without = (
+            normalize_rope_parameters(
+                given["rope_parameters"], t, self.max_position_embeddings
+            )
+            for t in (theta, None)
+        )
+        if with_theta == without:
+            per_type = {t: {**e, "rope_theta": theta} for t, e in without.items()}
+            raise ValueError(
+                f"rope_theta={theta!r} changes nothing: rope_parameters give "
+                "every layer type its own rope_theta, which wins over the "
+                "top-level rope_theta (as in config.json). Set the theta in "
+                f"rope_parameters instead, e.g. "
+                f'{{"rope_parameters": {json.dumps(per_type)}}}'
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        output.pop(_ROPE_GIVEN, None)  # how the fields were spelled, not a field
+        return output
 
     # -- validation -----------------------------------------------------------
 
@@ -252,6 +350,7 @@ class Spark2_5Config(PreTrainedConfig):
             )
         for layer_type, entry in self.rope_parameters.items():
             self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)
+        self._check_rope_assignments()
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
             require_bool(name, getattr(self, name))
         self._check_eos_token_id()
