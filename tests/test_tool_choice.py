@@ -445,6 +445,68 @@ def _function_tool(name, parameters, strict=None):
             r"tool 'f': parameters.required lists 'b', which properties does not "
             r"declare and additionalProperties: false forbids",
         ),
+        # a $ref loop no value can end (was xgrammar's "Cannot find field
+        # $defs", as for any $ref).
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "$defs": {
+                            "A": {"allOf": [{"$ref": "#/$defs/B"}]},
+                            "B": {"$ref": "#/$defs/A"},
+                        },
+                        "type": "object",
+                        "properties": {"a": {"$ref": "#/$defs/A"}},
+                    },
+                    strict=True,
+                )
+            ],
+            "required",
+            r"tool 'f', parameter 'a': \$ref '#/\$defs/A' refers back to itself "
+            r"through \$ref / allOf alone",
+        ),
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "$defs": {"A": {"type": "integer"}},
+                        "type": "object",
+                        "properties": {
+                            "a": {"type": "array", "items": {"$ref": "#/$defs/B"}}
+                        },
+                    },
+                    strict=True,
+                )
+            ],
+            "required",
+            r"tool 'f', parameter 'a': \$ref '#/\$defs/B' points to nothing",
+        ),
+        # each value carries its own copy of the definitions it uses: a bound
+        # keeps the grammar from growing with (values x definitions).
+        (
+            [
+                _function_tool(
+                    "f",
+                    {
+                        "$defs": {"Big": {"enum": ["x" * 100_000]}},
+                        "type": "object",
+                        "properties": {
+                            f"p{i}": {
+                                "type": "object",
+                                "properties": {"b": {"$ref": "#/$defs/Big"}},
+                            }
+                            for i in range(100)
+                        },
+                    },
+                    strict=True,
+                )
+            ],
+            "required",
+            r"tool 'f', parameter 'p\d+': copying the \$ref definitions into each "
+            r"value that uses them would take \d+ characters of grammar",
+        ),
         # two tools of one name (the grammar and the parser used the first).
         (
             [
@@ -460,6 +522,9 @@ def _function_tool(name, parameters, strict=None):
         "required-not-names",
         "required-unwritable",
         "required-undeclared-closed",
+        "ref-loop",
+        "ref-to-nothing",
+        "ref-copies",
         "twice",
     ],
 )
@@ -491,6 +556,78 @@ def test_a_required_key_properties_does_not_declare_is_written(matcher_for, stri
     assert matcher_for(request, call.format(_pair("note", "any text, 42")))
     assert not matcher_for(request, call.format(""))
     assert not matcher_for(request, call.format(_pair("other", "x")))
+
+
+OPTS = {
+    "type": "object",
+    "properties": {"unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["unit"],
+    "additionalProperties": False,
+}
+TREE = {
+    "type": "object",
+    "properties": {
+        "v": {"type": "integer"},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/Tree"}},
+    },
+    "required": ["v"],
+    "additionalProperties": False,
+}
+# Parameters the pydantic way: models under $defs / definitions, pointed to.
+BOOK = {
+    "$defs": {"Opts": OPTS, "Tree": TREE},
+    "definitions": {"Mode": {"type": "string", "enum": ["eco", "boost"]}},
+    "type": "object",
+    "properties": {
+        "wrap": {
+            "type": "object",
+            "properties": {"inner": {"$ref": "#/$defs/Opts"}},
+            "required": ["inner"],
+        },
+        "opts": {"$ref": "#/$defs/Opts"},
+        "maybe": {"anyOf": [{"$ref": "#/$defs/Opts"}, {"type": "null"}]},
+        "all": {"allOf": [{"$ref": "#/$defs/Opts"}], "description": "x"},
+        "mode": {"$ref": "#/definitions/Mode", "description": "y"},
+        "tree": {"$ref": "#/$defs/Tree"},
+        "same": {"$ref": "#/properties/opts"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "strict", "non_strict"),
+    [
+        ("wrap", '{"inner": {"unit": "c"}}', True, True),
+        ("wrap", '{"inner": {"unit": "k"}}', False, True),
+        ("wrap", '{"inner": {}}', False, True),
+        ("wrap", "wrap it", False, False),
+        ("opts", '{"unit": "f"}', True, True),
+        ("opts", '{"unit": "k"}', False, True),
+        ("opts", '{"unit": "c", "x": 1}', False, True),
+        ("opts", "[1]", False, False),  # the declared type: an object
+        ("maybe", "null", True, True),
+        ("maybe", '{"unit": "c"}', True, True),
+        ("maybe", '{"unit": "k"}', False, True),
+        ("all", '{"unit": "c"}', True, True),
+        ("all", '{"unit": "k"}', False, True),
+        ("mode", "eco", True, True),
+        ("mode", "fast", False, True),
+        ("tree", '{"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}', True, True),
+        ("tree", '{"v": 1, "kids": [{"v": 2, "kids": [{"w": 3}]}]}', False, True),
+        ("same", '{"unit": "f"}', True, True),
+        ("same", '{"unit": "k"}', False, True),
+    ],
+)
+def test_values_declared_through_ref_are_constrained(
+    matcher_for, key, value, strict, non_strict
+):
+    """A strict tool whose properties point into $defs builds a grammar (it was
+    a 400, "Cannot find field $defs") that holds each value to the definition,
+    recursive ones included; a non-strict tool's value to the declared type."""
+    call = "<tool_call>book\n" + _pair(key, value) + "</tool_call>"
+    for is_strict, accepted in ((True, strict), (False, non_strict)):
+        tool = _function_tool("book", BOOK, strict=is_strict)
+        assert matcher_for(_request("required", tools=[tool]), call) is accepted
 
 
 def test_allowed_tools_listing_no_offered_tool_says_so():

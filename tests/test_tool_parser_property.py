@@ -292,8 +292,11 @@ def test_callable_names_are_called_and_others_refused(
 
 # -- the scanner on its own ------------------------------------------------------
 
-SCANNER_SCHEMAS = {
-    "get_weather": {"city": {"type": "string"}, "days": {"type": "integer"}},
+SCANNER_SCHEMAS = {  # name -> parameters schema
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    },
     "ping": {},
 }
 whole_calls = st.sampled_from(

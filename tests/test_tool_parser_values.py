@@ -7,8 +7,12 @@
   the raw string, and only ASCII digits make numbers.
 * A call that repeats a key is content (the table cases in
   ``test_tool_parser.py`` and the property tests cover both modes).
+* Types declared through local ``$ref`` (pydantic's ``$defs``), ``allOf`` and
+  ``anyOf`` convert as if written in place; a reference that loops, points to
+  nothing or is not local declares nothing.
 * A request with a tool whose name cannot be written in the format is refused
   by ``adjust_request`` with vLLM's 400 error, naming the tool.
+* The scanner's memory is linear in the length of the tool names.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tracemalloc
 
 import pytest
 from test_tool_parser import (
@@ -35,7 +40,11 @@ from vllm_spark2_5_plugin.tool_parsers.scanner import (
     Spark25CallScanner,
     is_callable_name,
 )
-from vllm_spark2_5_plugin.tool_parsers.values import ArgumentsWriter, convert_value
+from vllm_spark2_5_plugin.tool_parsers.values import (
+    ArgumentsWriter,
+    convert_value,
+    declared_types,
+)
 
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
@@ -251,3 +260,171 @@ def test_scanner_never_calls_an_uncallable_name(name):
     events = scanner.feed(output) + scanner.finish()
     assert not any(isinstance(e, CallEndEvent) for e in events)
     assert "".join(e.text for e in events if isinstance(e, ContentEvent)) == output
+
+
+def test_scanner_memory_does_not_grow_with_the_square_of_a_name():
+    """A set of every prefix of every name took n**2/2 bytes (a 30,000-character
+    name cost ~0.5 GB per request, built for every request with tools)."""
+    name = "f" * 20_000
+    tracemalloc.start()
+    try:
+        Spark25CallScanner({name: {}, name[:-1] + "g": {}})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024  # was about 200 MB
+
+
+def _calls_and_content(scanner: Spark25CallScanner, chunks: list[str]):
+    events = [e for chunk in chunks for e in scanner.feed(chunk)] + scanner.finish()
+    calls = [e.name for e in events if isinstance(e, CallEndEvent)]
+    return calls, "".join(e.text for e in events if isinstance(e, ContentEvent))
+
+
+LONG = "f" * 20_000
+SHARING = ["get", "get_weather", "get_time", "go", LONG, LONG[:-1] + "g"]
+
+
+@pytest.mark.parametrize(
+    ("name", "called"),
+    [
+        ("get", True),
+        ("get_weather", True),
+        ("get_time", True),
+        ("go", True),
+        (LONG, True),
+        (LONG[:-1] + "g", True),
+        ("g", False),
+        ("get_", False),
+        ("get_weathe", False),
+        ("get_weatherr", False),
+        ("get_timeget", False),
+        ("gox", False),
+        (LONG[:-1], False),
+        (LONG + "f", False),
+        (LONG[:-1] + "h", False),
+        ("get weather", False),
+        ("get<weather", False),
+    ],
+    ids=lambda v: ascii(v)[:14] + (f"..{len(v)}" if len(str(v)) > 14 else ""),
+)
+@pytest.mark.parametrize("size", [1, 7, None], ids=["chars_1", "chars_7", "whole"])
+def test_names_sharing_prefixes_are_read_exactly(name, called, size):
+    """Only a whole tool name is called, never a prefix or an extension of one,
+    however the text is cut (the scanner reads names character by character)."""
+    output = f"a <tool_call> {name} \n<arg_key>k</arg_key><arg_value>v</arg_value>"
+    output += "</tool_call> b"
+    scanner = Spark25CallScanner({n: {} for n in SHARING})
+    calls, content = _calls_and_content(
+        scanner, [output] if size is None else split_every(output, size)
+    )
+    assert calls == ([name] if called else [])
+    assert content == ("a  b" if called else output)
+
+
+# -- types declared through $ref / allOf / anyOf ---------------------------------
+
+OPTS = {
+    "type": "object",
+    "properties": {"unit": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["unit", "n"],
+}
+# A pydantic model's schema: models under $defs (or "definitions"), pointed to.
+PYDANTIC = {
+    "$defs": {"Opts": OPTS, "Tags": {"type": "array", "items": {"type": "string"}}},
+    "definitions": {"Count": {"type": "integer"}},
+    "type": "object",
+    "properties": {
+        "opts": {"$ref": "#/$defs/Opts"},
+        "maybe": {"anyOf": [{"$ref": "#/$defs/Opts"}, {"type": "null"}]},
+        "all": {"allOf": [{"$ref": "#/$defs/Opts"}], "description": "x"},
+        "described": {"$ref": "#/$defs/Opts", "description": "siblings too"},
+        "tags": {"$ref": "#/$defs/Tags"},
+        "count": {"$ref": "#/definitions/Count"},
+        "both": {"allOf": [{"type": "number"}, {"$ref": "#/definitions/Count"}]},
+        "text": {"$ref": "#/properties/label"},
+        "label": {"type": "string"},
+    },
+}
+OPTS_TEXT = '{"unit": "c", "n": 2}'
+
+
+def _function_with(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def _book_call(pairs: dict[str, str]) -> str:
+    body = "".join(
+        f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in pairs.items()
+    )
+    return f"ok <tool_call>book\n{body}</tool_call>"
+
+
+VALUES = {  # parameter: (value text, argument)
+    "opts": (OPTS_TEXT, {"unit": "c", "n": 2}),
+    "maybe": (OPTS_TEXT, {"unit": "c", "n": 2}),
+    "all": (OPTS_TEXT, {"unit": "c", "n": 2}),
+    "described": (OPTS_TEXT, {"unit": "c", "n": 2}),
+    "tags": ('["a", "b"]', ["a", "b"]),
+    "count": (" 3 ", 3),
+    "both": ("4", 4),
+    "text": ("12", "12"),
+}
+
+
+@pytest.mark.parametrize("maybe", [OPTS_TEXT, "null"])
+def test_values_declared_through_ref_allof_and_anyof_convert_in_both_modes(maybe):
+    """An object parameter declared the pydantic way comes back as an object
+    (it came back as its JSON text, a string)."""
+    request = make_request(tools=[*TOOLS, _function_with("book", PYDANTIC)])
+    values = {key: text for key, (text, _) in VALUES.items()} | {"maybe": maybe}
+    expected = {key: value for key, (_, value) in VALUES.items()}
+    expected["maybe"] = json.loads(maybe)
+    output = _book_call(values)
+    result, calls = run_non_streaming(output, request)
+    assert result.content == "ok "
+    assert [(name, json.loads(arguments)) for name, arguments in calls] == [
+        ("book", expected)
+    ]
+    for size in (1, 5):
+        stream = run_streaming(split_every(output, size), request)
+        assert [(c["name"], c["arguments"]) for c in stream.calls] == calls
+
+
+LOOPS = {
+    "$defs": {
+        "Self": {"$ref": "#/$defs/Self"},
+        "A": {"allOf": [{"$ref": "#/$defs/B"}]},
+        "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "integer"}]},
+        "Tree": {
+            "type": "object",
+            "properties": {
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
+            },
+        },
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "types"),
+    [
+        ({"$ref": "#/$defs/Self"}, set()),  # a loop declares nothing
+        ({"$ref": "#/$defs/A"}, {"integer"}),
+        ({"$ref": "#/$defs/Tree"}, {"object"}),
+        ({"$ref": "#/$defs/Nope"}, set()),  # points to nothing
+        ({"$ref": "https://example.com/opts.json"}, set()),  # never fetched
+        ({"$ref": "opts.json#/$defs/Opts"}, set()),
+        ({"allOf": [{"type": ["integer", "string"]}, {"type": "number"}]}, {"integer"}),
+        ({"allOf": [{"type": "integer"}, {"type": "string"}]}, set()),
+        ({"type": "object", "allOf": [{"required": ["a"]}]}, {"object"}),
+    ],
+)
+def test_declared_types_follow_local_refs_and_never_loop(schema, types):
+    assert declared_types(schema, LOOPS) == types
+
+
+def test_a_standalone_schema_is_its_own_root():
+    schema = {"$defs": {"O": {"type": "object"}}, "$ref": "#/$defs/O"}
+    assert convert_value('{"a": 1}', schema) == {"a": 1}
+    assert ArgumentsWriter({"o": schema}).typed_value("o", "[1]") == '"[1]"'

@@ -47,6 +47,7 @@ from xgrammar.structural_tag import (
 )
 
 from vllm_spark2_5_plugin import names
+from vllm_spark2_5_plugin.tool_parsers import refs
 
 Mode = Literal["auto", "required", "forced"]
 
@@ -102,7 +103,12 @@ def _json_value(schema: dict[str, Any]) -> JSONSchemaFormat:
     return JSONSchemaFormat(json_schema=schema, excludes=list(EXCLUDED))
 
 
-def value_format(schema: Any, strict: bool) -> Any:
+def value_format(
+    schema: Any,
+    strict: bool,
+    root: Any = None,
+    localizer: refs.Localizer | None = None,
+) -> Any:
     """The format of one ``<arg_value>`` body for a property ``schema``.
 
     The parser converts a value by the declared ``type`` (``values.py``):
@@ -110,10 +116,25 @@ def value_format(schema: Any, strict: bool) -> Any:
     text. So a string is free text (no tags), another type is JSON of that
     type; with ``strict`` the JSON must also match the rest of the schema, and
     ``enum`` / ``const`` / ``anyOf`` / ``oneOf`` are followed.
+
+    Local ``$ref`` point into ``root`` (the tool's parameters schema; by
+    default ``schema``): the value's top-level ``$ref`` and ``allOf`` are
+    merged in first (:func:`.refs.fold`), and a strict value's JSON schema
+    carries the definitions it uses (``localizer``, one per tool). Raises
+    ValueError for a strict value's local ``$ref`` that points to nothing or
+    loops (:meth:`.refs.Localizer.check`).
     """
     if not isinstance(schema, dict):
         return _text()
+    root = schema if root is None else root
+    localizer = refs.Localizer(root) if localizer is None else localizer
+    folded = refs.fold(schema, root)
+    if strict and folded is not schema:
+        localizer.copied(folded)  # each value gets its own copy
+    schema = folded
     if strict:
+        if refs.is_local(schema.get("$ref")):
+            localizer.check(schema)  # a $ref that did not fold: missing, a loop
         if "const" in schema or "enum" in schema:
             choices = [schema["const"]] if "const" in schema else schema["enum"]
             if isinstance(choices, list):
@@ -124,7 +145,9 @@ def value_format(schema: Any, strict: bool) -> Any:
         for key in ("anyOf", "oneOf"):
             branches = schema.get(key)
             if isinstance(branches, list) and branches and "type" not in schema:
-                return _one_of([value_format(b, strict) for b in branches])
+                return _one_of(
+                    [value_format(b, strict, root, localizer) for b in branches]
+                )
     types = _types(schema)
     if not types:
         return _text()
@@ -132,7 +155,8 @@ def value_format(schema: Any, strict: bool) -> Any:
     formats: list[Any] = []
     if others:
         if strict:
-            formats.append(_json_value({**schema, "type": _single(others)}))
+            whole = {**schema, "type": _single(others)}
+            formats.append(_json_value(localizer.localize(whole)))
         else:
             formats.append(_json_value({"type": _single(others)}))
     if "string" in types or not others:
@@ -234,12 +258,17 @@ def arguments_format(tool: ToolSpec) -> Any:
                 )
         required_keys = set(required)
     elements: list[Any] = []
+    localizer = refs.Localizer(tool.parameters)
     for key, schema in properties.items():
         if not _writable_key(key):
             if key in required_keys:
                 raise _unwritable_required(tool, key)
             continue
-        pair = _pair(key, value_format(schema, tool.strict))
+        try:
+            value = value_format(schema, tool.strict, tool.parameters, localizer)
+        except ValueError as exc:
+            raise ValueError(f"tool {tool.name!r}, parameter {key!r}: {exc}") from None
+        pair = _pair(key, value)
         elements.append(pair if key in required_keys else OptionalFormat(content=pair))
     # Required but not declared: JSON Schema lets such a key hold any value
     # (unless additionalProperties is false, when no call can be valid).

@@ -22,7 +22,8 @@ a tag or a call name. See ``docs/tool_parser.md``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,49 @@ class CallEndEvent:
 
 
 Event = ContentEvent | CallStartEvent | ArgumentsEvent | CallEndEvent
+
+
+class _NameReader:
+    """Reads a call's NAME, one character at a time, against the tool names.
+
+    The names are sorted once. Those that begin with the text read so far are
+    the consecutive ``names[lo:hi]``, ordered by their next character (a name
+    that ends there first), so each character narrows the range by bisection.
+    Memory is linear in the total length of the names (no set of prefixes),
+    and the work per character does not grow with the name's length.
+    """
+
+    def __init__(self, names: Iterable[str]):
+        self._names = sorted(names)
+        self.reset()
+
+    def reset(self) -> None:
+        self._lo, self._hi, self.length = 0, len(self._names), 0
+
+    def read(self, char: str) -> bool:
+        """Read one more character; False (nothing read) when no name would
+        begin with the text read so far followed by ``char``."""
+        depth = self.length
+
+        def next_char(name: str) -> str:
+            return name[depth : depth + 1]
+
+        lo = bisect_left(self._names, char, self._lo, self._hi, key=next_char)
+        hi = bisect_right(self._names, char, lo, self._hi, key=next_char)
+        if lo == hi:
+            return False
+        self._lo, self._hi, self.length = lo, hi, depth + 1
+        return True
+
+    def text(self) -> str:
+        """The text read so far (a prefix of a tool name)."""
+        return self._names[self._lo][: self.length] if self.length else ""
+
+    def complete(self) -> str | None:
+        """The tool name read, when the text read so far is a whole name."""
+        if self.length and len(self._names[self._lo]) == self.length:
+            return self._names[self._lo]
+        return None
 
 
 class _State(enum.Enum):
@@ -150,17 +194,15 @@ class Spark25CallScanner:
     ``feed(text)`` consumes the next piece of model output and returns the
     events it settles; ``finish()`` ends the output and settles the rest. The
     work per character is constant. ``tool_schemas`` maps each function name
-    of the request to its ``{parameter: schema}``; names that are not callable
-    are left out.
+    of the request to its parameters schema (the JSON schema of the arguments
+    object); names that are not callable are left out.
     """
 
-    def __init__(self, tool_schemas: dict[str, dict[str, Any]]):
-        self._properties = {
+    def __init__(self, tool_schemas: dict[str, Any]):
+        self._parameters = {
             n: p for n, p in tool_schemas.items() if is_callable_name(n)
         }
-        self._name_prefixes = {
-            n[:k] for n in self._properties for k in range(len(n) + 1)
-        }
+        self._name = _NameReader(self._parameters)
         self._state = _State.CONTENT
         self._pending = ""  # received, not yet consumed
         self._next_index = 0
@@ -214,9 +256,10 @@ class Spark25CallScanner:
     # -- call bookkeeping -----------------------------------------------------------
     def _reset_call(self) -> None:
         self._raw: list[str] = []  # consumed text of the current call
+        self._name.reset()  # the name itself
         self._name_lead = ""  # whitespace before the name
-        self._name_core = ""  # the name itself
         self._name_trail = ""  # whitespace after the name
+        self._call_name = ""  # the name, once known to be a tool's
         self._text: list[str] = []  # the key, or the typed value, being read
         self._key = ""  # the key of the current pair
         self._value_streams = False
@@ -224,7 +267,7 @@ class Spark25CallScanner:
         self._writer = ArgumentsWriter({})
 
     def _name_text(self) -> str:
-        return self._name_lead + self._name_core + self._name_trail
+        return self._name_lead + self._name.text() + self._name_trail
 
     def _to_content(self, rest: str) -> None:
         self._reset_call()
@@ -276,32 +319,31 @@ class Spark25CallScanner:
                     return self._end_name(events, text[pos:])
                 if tag is not None:
                     return self._reject_name(events, text[pos:])
-            if char == "\n" and self._name_core:
+            if char == "\n" and self._name.length:
                 self._name_trail += char
                 return self._end_name(events, text[pos + 1 :])
             if char.isspace():
-                if not self._name_core:
+                if not self._name.length:
                     self._name_lead += char
                     continue
                 self._name_trail += char
-                if self._name_core not in self._properties:
+                if self._name.complete() is None:
                     return self._reject_name(events, text[pos + 1 :])
                 continue
-            if self._name_trail:  # text after the name's trailing space
-                self._name_core += self._name_trail
-                self._name_trail = ""
-            self._name_core += char
-            if self._name_core not in self._name_prefixes:
-                return self._reject_name(events, text[pos + 1 :])
+            # Text after the name's trailing space (no tool name holds
+            # whitespace), or a character no tool name continues with.
+            if self._name_trail or not self._name.read(char):
+                return self._reject_name(events, text[pos:])
         self._pending = ""
         return False
 
     def _end_name(self, events: list[Event], rest: str) -> bool:
-        name = self._name_core
-        if name not in self._properties:
+        name = self._name.complete()
+        if name is None:
             return self._reject_name(events, rest)
+        self._call_name = name
         self._raw.append(self._name_text())
-        self._writer = ArgumentsWriter(self._properties[name])
+        self._writer = ArgumentsWriter.for_tool(self._parameters[name])
         events.append(CallStartEvent(self._next_index, name))
         self._state = _State.BODY
         self._pending = rest
@@ -377,6 +419,6 @@ class Spark25CallScanner:
     def _close_call(self, events: list[Event]) -> None:
         self._emit_args(events, self._writer.close())
         arguments = "".join(self._args)
-        events.append(CallEndEvent(self._next_index, self._name_core, arguments))
+        events.append(CallEndEvent(self._next_index, self._call_name, arguments))
         self._next_index += 1
         self._to_content(self._pending)

@@ -77,14 +77,12 @@ def _functions(tools: Iterable[Tool] | None) -> Iterator[tuple[str, Any]]:
             yield name, getattr(function, "parameters", None)
 
 
-def tool_schemas(tools: Iterable[Tool] | None) -> dict[str, dict[str, Any]]:
-    """``{function name: {parameter: schema}}`` for the request's tools."""
-    schemas: dict[str, dict[str, Any]] = {}
+def tool_schemas(tools: Iterable[Tool] | None) -> dict[str, Any]:
+    """``{function name: parameters schema}`` for the request's tools (the
+    whole schema, where each property's local ``$ref`` points)."""
+    schemas: dict[str, Any] = {}
     for name, parameters in _functions(tools):
-        properties = (
-            parameters.get("properties") if isinstance(parameters, dict) else None
-        )
-        schemas.setdefault(name, properties if isinstance(properties, dict) else {})
+        schemas.setdefault(name, parameters if isinstance(parameters, dict) else {})
     return schemas
 
 
@@ -325,7 +323,7 @@ class Spark25ToolParser(ToolParser):
             refuse_unparsed_allowed_tools(request)
         return super().adjust_request(request)
 
-    def _schemas_for(self, request: Any) -> dict[str, dict[str, Any]]:
+    def _schemas_for(self, request: Any) -> dict[str, Any]:
         """The schemas of the tools whose calls are read: the request's,
         and for a Responses ``allowed_tools`` choice only the listed ones (a
         block naming another tool stays content, as an unknown tool's does:

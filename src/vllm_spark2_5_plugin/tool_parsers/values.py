@@ -11,10 +11,13 @@ differ. The rules are described in ``docs/tool_parser.md``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from typing import Any
+
+from vllm_spark2_5_plugin.tool_parsers import refs
 
 # Order in which the types of a union are tried; "string" is the fallback.
 _TYPE_PRIORITY = ("null", "integer", "number", "boolean", "object", "array")
@@ -24,31 +27,56 @@ _INTEGER_RE = re.compile(r"-?[0-9]+")
 _NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
-def declared_types(schema: Any) -> frozenset[str]:
+def declared_types(schema: Any, root: Any = None) -> frozenset[str]:
     """JSON-schema types a parameter schema allows (empty: nothing declared).
 
     Reads ``type`` (a name or a list of names) and, recursively, the branches
-    of ``anyOf`` / ``oneOf``. Unknown type names are ignored.
+    of ``anyOf`` / ``oneOf`` (the value is any of them). A local ``$ref`` into
+    ``root`` (the tool's parameters schema; by default ``schema`` itself) and
+    the branches of ``allOf`` also hold (the types they declare are
+    intersected). A ``$ref`` that is not local, points to nothing or loops back
+    declares nothing. Unknown type names are ignored.
     """
-    if not isinstance(schema, dict):
-        return frozenset()
-    found: set[str] = set()
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        found.add(kind)
-    elif isinstance(kind, list):
-        found.update(k for k in kind if isinstance(k, str))
-    for branch_key in ("anyOf", "oneOf"):
-        branches = schema.get(branch_key)
-        if isinstance(branches, list):
-            for branch in branches:
-                found |= declared_types(branch)
-    return frozenset(found & _KNOWN_TYPES)
+    root = schema if root is None else root
+    by_ref: dict[str, frozenset[str]] = {}
+
+    def types_of(node: Any, depth: int) -> frozenset[str]:
+        if not isinstance(node, dict) or depth >= refs.MAX_DEPTH:
+            return frozenset()
+        found: set[str] = set()
+        kind = node.get("type")
+        if isinstance(kind, str):
+            found.add(kind)
+        elif isinstance(kind, list):
+            found.update(k for k in kind if isinstance(k, str))
+        for branch_key in ("anyOf", "oneOf"):
+            for branch in _branches(node, branch_key):
+                found |= types_of(branch, depth + 1)
+        parts = [frozenset(found & _KNOWN_TYPES)]
+        ref = node.get("$ref")
+        if refs.is_local(ref):
+            if ref not in by_ref:
+                by_ref[ref] = frozenset()  # meanwhile: a loop declares nothing
+                with contextlib.suppress(KeyError):  # points to nothing: nothing
+                    by_ref[ref] = types_of(refs.pointed(ref, root), depth + 1)
+            parts.append(by_ref[ref])
+        parts += [types_of(branch, depth + 1) for branch in _branches(node, "allOf")]
+        declared = [p for p in parts if p]
+        if len(declared) < 2:
+            return declared[0] if declared else frozenset()
+        return frozenset.intersection(*map(refs.widen, declared))
+
+    return types_of(schema, 0)
 
 
-def is_plain_string(schema: Any) -> bool:
+def _branches(schema: dict[str, Any], key: str) -> list[Any]:
+    branches = schema.get(key)
+    return branches if isinstance(branches, list) else []
+
+
+def is_plain_string(schema: Any, root: Any = None) -> bool:
     """True when every value of this parameter stays a string (streamable)."""
-    return not (declared_types(schema) - {"string"})
+    return not (declared_types(schema, root) - {"string"})
 
 
 def _reject_constant(name: str) -> Any:
@@ -104,9 +132,9 @@ def _value_json(value: Any) -> str:
     return text
 
 
-def _convert(raw: str, schema: Any) -> tuple[Any, str]:
+def _convert(raw: str, schema: Any, root: Any = None) -> tuple[Any, str]:
     """``(value, its JSON text)`` for the raw text of one ``<arg_value>``."""
-    types = declared_types(schema) - {"string"}
+    types = declared_types(schema, root) - {"string"}
     text = raw.strip()
     for kind in _TYPE_PRIORITY:
         if kind in types:
@@ -119,15 +147,16 @@ def _convert(raw: str, schema: Any) -> tuple[Any, str]:
     return raw, _string_json(raw)
 
 
-def convert_value(raw: str, schema: Any) -> Any:
-    """Convert the raw text of ``<arg_value>`` by the parameter's schema.
+def convert_value(raw: str, schema: Any, root: Any = None) -> Any:
+    """Convert the raw text of ``<arg_value>`` by the parameter's schema
+    (its local ``$ref`` point into ``root``, by default ``schema`` itself).
 
     String-typed and undeclared parameters keep the raw text (not stripped).
     Otherwise the stripped text is tried against each declared type in the
     order null, integer, number, boolean, object, array; the first that fits
     exactly wins. A value that fits none stays the raw string. Never raises.
     """
-    return _convert(raw, schema)[0]
+    return _convert(raw, schema, root)[0]
 
 
 class ArgumentsWriter:
@@ -140,9 +169,18 @@ class ArgumentsWriter:
     whole. A key is written once: the scanner asks :meth:`repeats` first.
     """
 
-    def __init__(self, properties: dict[str, Any]):
+    def __init__(self, properties: dict[str, Any], root: Any = None):
         self._properties = properties  # {parameter: schema} of the function
+        self._root = root  # where their local $ref point (parameters schema)
         self._keys: set[str] = set()  # keys written so far
+
+    @classmethod
+    def for_tool(cls, parameters: Any) -> ArgumentsWriter:
+        """The writer for a call of the tool with this parameters schema."""
+        properties = (
+            parameters.get("properties") if isinstance(parameters, dict) else None
+        )
+        return cls(properties if isinstance(properties, dict) else {}, parameters)
 
     def repeats(self, key: str) -> bool:
         """True when ``key`` was already written for this call."""
@@ -155,7 +193,7 @@ class ArgumentsWriter:
 
     def value_streams(self, key: str) -> bool:
         """True when the value of ``key`` is written piece by piece."""
-        return is_plain_string(self._properties.get(key))
+        return is_plain_string(self._properties.get(key), self._root)
 
     def open_string(self) -> str:
         return '"'
@@ -167,7 +205,7 @@ class ArgumentsWriter:
         return '"'
 
     def typed_value(self, key: str, raw: str) -> str:
-        return _convert(raw, self._properties.get(key))[1]
+        return _convert(raw, self._properties.get(key), self._root)[1]
 
     def close(self) -> str:
         return "}" if self._keys else "{}"
