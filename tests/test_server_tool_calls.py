@@ -254,17 +254,24 @@ def test_special_tokens_really_reach_the_parser(server, client):
     assert got == calls
 
 
-def test_tool_choice_none_returns_no_calls(server, client):
+@pytest.mark.parametrize("keep_special", [False, True])
+def test_tool_choice_none_returns_calls_as_content(server, client, keep_special):
+    """The Lark run writes the tags as their special tokens. vLLM 0.32.0
+    calls no parser hook for tool_choice "none", so it skips them as usual;
+    a request's own ``skip_special_tokens: false`` keeps the calls whole."""
     text, _, _ = ONE_CALL
-    response = client.chat.completions.create(
-        **_request_kwargs("regex", text, server["tag_ids"], tool_choice="none")
-    )
-    message = response.choices[0].message
-    assert not message.tool_calls
-    # With tool_choice="none" special tokens are skipped as usual; a regex may
-    # be met by a tag's special token or by its bytes, so compare without tags.
+    kwargs = _request_kwargs("lark", text, server["tag_ids"], tool_choice="none")
+    if keep_special:
+        kwargs["extra_body"]["skip_special_tokens"] = False
     untagged = re.sub("|".join(re.escape(t) for t in TAGS), "", text)
-    assert re.sub("|".join(re.escape(t) for t in TAGS), "", message.content) == untagged
+    expected = text if keep_special else untagged
+    message = client.chat.completions.create(**kwargs).choices[0].message
+    assert not message.tool_calls
+    assert message.content == expected
+    content, calls, _, _ = _collect_stream(
+        client.chat.completions.create(**kwargs, stream=True)
+    )
+    assert (content, calls) == (expected, [])
 
 
 def test_truncated_call_is_content_and_streams_the_same_text(server, client):

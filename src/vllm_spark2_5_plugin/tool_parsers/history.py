@@ -73,8 +73,7 @@ def refuse_unrenderable_tool_calls(messages: Sequence[Any]) -> None:
                 )
 
 
-#: The roles the chat template renders (vLLM turns "developer" into
-#: "system" for a template that does not name it).
+#: The roles the chat template renders ("developer" as a system turn).
 RENDERED_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
