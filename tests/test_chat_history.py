@@ -61,6 +61,8 @@ def _model(model_type: str):
             id="nested-100000-deep",
         ),
         (["x"], "a list"),
+        ('{"days": NaN}', "not readable: NaN is not a JSON value"),
+        ('{"t": -Infinity}', "not readable: -Infinity is not a JSON value"),
     ],
 )
 def test_non_object_arguments_are_refused_naming_the_message(arguments, why):

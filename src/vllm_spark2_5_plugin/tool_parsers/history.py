@@ -27,6 +27,12 @@ def _get(item: Any, key: str) -> Any:
     return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
 
 
+def _refuse_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON does not have (the
+    # template would write them back into the prompt as they are).
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _not_an_object(arguments: Any) -> str | None:
     """Why ``arguments`` cannot be rendered as key/value pairs, or ``None``."""
     if arguments is None or isinstance(arguments, dict):
@@ -36,7 +42,7 @@ def _not_an_object(arguments: Any) -> str | None:
     if not arguments.strip():
         return None  # no arguments, rendered as none
     try:
-        parsed = json.loads(arguments)
+        parsed = json.loads(arguments, parse_constant=_refuse_constant)
     except json.JSONDecodeError:
         return "not valid JSON"
     except ValueError as exc:  # a number past Python's digit limit
