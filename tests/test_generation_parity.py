@@ -174,16 +174,11 @@ def test_positions_past_max_position_embeddings_when_one_type_is_scaled(tmp_path
     """vLLM takes the longest context from the scaled type (64 x 2 = 128
     positions here); the unscaled type's RoPE must reach that far too (its
     table held 64 positions, and positions past it read outside it)."""
+    linear_on_sliding, _ = CONFIGS["mqa-full-first-linear-rope-on-sliding"]
     path = make_tiny_checkpoint(
         tmp_path / "scaled-one-type",
         seed=7,
-        max_position_embeddings=64,
-        layer_types=[F, S, F, S],
-        sliding_window=7,
-        rope_parameters={
-            S: {"rope_type": "linear", "factor": 2.0, "rope_theta": 10_000.0},
-            F: {"rope_type": "default", "rope_theta": 500_000.0},
-        },
+        **{**linear_on_sliding, "max_position_embeddings": 64},
     )
     gen = torch.Generator().manual_seed(99)
     prompt = [torch.randint(20, 500, (100,), generator=gen).tolist()]
