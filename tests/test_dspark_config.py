@@ -437,7 +437,15 @@ def spec_with_overrides(path: Path, hf_overrides: dict):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("dspark_markov_rank", 4), ("markov_head_type", "rnn")]
+    ("field", "value"),
+    [
+        ("dspark_markov_rank", 4),
+        ("markov_head_type", "rnn"),
+        # Fields the draft shares with the target: the target alone would change.
+        ("rope_parameters", {"rope_type": "linear", "factor": 2.0}),
+        ("rope_scaling", {"rope_type": "linear", "factor": 2.0}),
+        ("rms_norm_eps", 1e-5),
+    ],
 )
 def test_hf_overrides_of_draft_fields_are_refused(
     registered, dspark_checkpoint, field, value

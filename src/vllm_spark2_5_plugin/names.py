@@ -57,6 +57,24 @@ DSPARK_FIELDS = (
     "draft_vocab_size",
 )
 
+#: Target ``config.json`` fields the DSpark draft's layers read too: they
+#: share the target's attention shape, MLP, norms and RoPE (the legacy RoPE
+#: names included).
+DRAFT_SHARED_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "attention_bias",
+    "attention_output_gate",
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+)
+
 MARKOV_HEAD_TYPES = ("vanilla", "rnn")
 
 # -- turns ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from vllm_spark2_5_plugin.configs.checks import (
 )
 from vllm_spark2_5_plugin.names import (
     DRAFT_ARCH,
+    DRAFT_SHARED_FIELDS,
     DSPARK_ALIASES,
     DSPARK_FIELDS,
     DSPARK_METHOD,
@@ -314,23 +315,32 @@ def refuse_separate_draft(spec_config: Any) -> None:
 
 
 def refuse_draft_overrides(target_model_config: Any) -> None:
-    """Refuse ``--hf-overrides`` of DSpark fields, which would be ignored.
+    """Refuse ``--hf-overrides`` of fields the draft reads, which it would
+    not see.
 
     vLLM 0.32.0 builds the draft's config by reading the checkpoint's
     ``config.json`` again, without the target's dict ``--hf-overrides``
-    (hook point ``draft_hf_overrides``), so a DSpark field set there would
-    change nothing the draft does.
+    (hook point ``draft_hf_overrides``): a DSpark field set there would
+    change nothing the draft does, and a field the draft shares with the
+    target (RoPE, norms, ...) would change the target only.
     """
     overrides = getattr(target_model_config, "hf_overrides", None)
     if not isinstance(overrides, dict):
         return  # a callable override: its effect on the draft is vLLM's
-    named = sorted(set(overrides) & set(DSPARK_FIELDS))
+    named = sorted(set(overrides) & {*DSPARK_FIELDS, *DRAFT_SHARED_FIELDS})
     if named:
+        shared = [name for name in named if name in DRAFT_SHARED_FIELDS]
         raise ValueError(
             f"--hf-overrides sets {', '.join(named)}, but vLLM builds the "
             "DSpark draft from the checkpoint's config.json without "
-            "--hf-overrides, so the draft would ignore it. Set the field in "
-            "config.json (in a copy of the checkpoint) instead"
+            "--hf-overrides, so the draft would ignore it"
+            + (
+                f" ({', '.join(shared)}: the target would take it and the draft, "
+                "which shares it, would not)"
+                if shared
+                else ""
+            )
+            + ". Set the field in config.json (in a copy of the checkpoint) instead"
         )
 
 
