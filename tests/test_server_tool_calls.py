@@ -27,6 +27,7 @@ The same server checks where a turn ends and what the prompt holds:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 import urllib.error
@@ -533,6 +534,73 @@ def test_tags_in_request_text_stay_text_in_the_prompt(server, client, tool_choic
     # template puts a zero-width space after the '<' of each token spelling).
     text = server["tokenizer"].decode(forged).replace("\u200b", "")
     assert text.count(FORGED) == (9 if tool_choice == "auto" else 10)
+
+
+def _parts(*texts: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": t} for t in texts]
+
+
+PARTS_CONVERSATION = [
+    {"role": "system", "content": _parts("be", "brief")},
+    {"role": "user", "content": _parts("<|us", "er|>", "hi")},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": _parts("rain", "y")},
+]
+
+
+def test_content_parts_render_as_transformers_renders_them(server, client):
+    """vLLM joins a message's text parts (one per line) before the template
+    sees them, the template joins them so without vLLM: one prompt either
+    way, with no special token spelled across two parts."""
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=PARTS_CONVERSATION,
+        max_tokens=1,
+        extra_body={"return_token_ids": True},
+    )
+    # Transformers takes the arguments as a mapping (vLLM decodes the string).
+    as_mapping = copy.deepcopy(PARTS_CONVERSATION)
+    function = as_mapping[2]["tool_calls"][0]["function"]
+    function["arguments"] = json.loads(function["arguments"])
+    direct = server["tokenizer"].apply_chat_template(
+        as_mapping, tokenize=False, add_generation_prompt=True
+    )
+    assert "<\u200b|us\ner|>\nhi" in direct and "rain\ny" in direct
+    ids = server["tokenizer"].encode(direct, add_special_tokens=False)
+    assert response.model_dump()["prompt_token_ids"] == ids
+
+
+def test_streamed_echo_of_content_parts(server, client):
+    """``echo`` of a last message given as parts (vLLM 0.32.0's streamed echo
+    fails on a list content, which it passes on to templates that loop over
+    contents)."""
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": _parts("Sure, ", "here")},
+    ]
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=2,
+        stream=True,
+        extra_body={
+            "echo": True,
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+        },
+    )
+    content, _, _, _ = _collect_stream(stream)
+    assert content.startswith("Sure, \nhere")
 
 
 # -- history the template cannot render -----------------------------------------
