@@ -185,6 +185,22 @@ STREAM_ALLOWED = pytest.mark.parametrize("stream", [True], ids=["stream"])
 
 
 @SLOW
+def test_streams_cut_inside_a_call_end_with_response_completed(server):
+    """A forced call cut by max_output_tokens at every length: the delta
+    that abandons the call carries the rest of its arguments and the text
+    that becomes content. vLLM's Responses stream took the content first,
+    reopened the call without a name and ended without response.completed
+    (the client saw a dropped connection); ``_run`` asserts the last event."""
+    cut_inside = 0
+    for limit in range(4, 40, 3):
+        body = _body(server, _named("get_weather"), max_output_tokens=limit)
+        text, calls, final = _run(server, True, body)
+        if final.get("incomplete_details") and text:
+            cut_inside += 1  # the abandoned call's text is the message
+    assert cut_inside, "no limit cut a call: the test checks nothing"
+
+
+@SLOW
 @STREAM
 @pytest.mark.parametrize("name", ["get_weather", "set_mode"])
 def test_named_function_gives_exactly_one_call_of_it(server, stream, name):

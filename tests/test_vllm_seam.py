@@ -107,6 +107,10 @@ BREAKAGES = {
         "vllm.tool_parsers.ToolParser.get_remaining_unstreamed_args",
         None,
     ),
+    "responses_split_delta": (
+        "vllm.entrypoints.openai.responses.serving.split_delta",
+        lambda delta: [delta],
+    ),
 }
 
 
@@ -123,6 +127,42 @@ def test_a_broken_hook_point_is_reported_once_by_name(monkeypatch, hook):
     assert problems[0].startswith(f"{hook} (")
     with pytest.raises(vllm_seam.VllmSeamError, match=f"in 1 place.*{hook}"):
         vllm_seam.require_hook_points()
+
+
+def test_responses_stream_takes_a_calls_continuation_before_the_content():
+    """Only a delta vLLM's order cannot take changes: the end of an open call
+    (arguments, no name) before the text after it; a new call (named) keeps
+    coming after content, and reasoning stays first."""
+    from vllm.entrypoints.generate.base.protocol import (
+        DeltaFunctionCall,
+        DeltaMessage,
+        DeltaToolCall,
+    )
+    from vllm.entrypoints.openai.responses import serving
+
+    vllm_seam.continue_open_call_first()
+    vllm_seam.continue_open_call_first()  # idempotent
+    assert not hasattr(serving.split_delta.__wrapped__, "__wrapped__")
+
+    def kinds(**fields):
+        parts = serving.split_delta(DeltaMessage(**fields))
+        return [
+            "reasoning" if p.reasoning else "content" if p.content else "call"
+            for p in parts
+        ]
+
+    tail = DeltaToolCall(index=0, function=DeltaFunctionCall(arguments='"}'))
+    start = DeltaToolCall(
+        index=1, id="c1", type="function", function=DeltaFunctionCall(name="f")
+    )
+    assert kinds(content="after", tool_calls=[tail]) == ["call", "content"]
+    assert kinds(reasoning="r", content="a", tool_calls=[tail]) == [
+        "reasoning",
+        "call",
+        "content",
+    ]
+    assert kinds(content="\n", tool_calls=[tail, start]) == ["call", "content", "call"]
+    assert kinds(content="before", tool_calls=[start]) == ["content", "call"]
 
 
 def _vllm_imports(tree: ast.AST) -> list[str]:

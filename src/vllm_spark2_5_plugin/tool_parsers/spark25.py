@@ -46,6 +46,7 @@ from vllm.tokenizers import TokenizerLike
 from vllm.tool_parsers.abstract_tool_parser import Tool, ToolParser
 from vllm.tool_parsers.utils import get_function_tools
 
+from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.tool_parsers.constraints import (
     Mode,
     ToolSpec,
@@ -300,6 +301,9 @@ class Spark25ToolParser(ToolParser):
 
     def __init__(self, tokenizer: TokenizerLike, tools: list[Tool] | None = None):
         super().__init__(tokenizer, tools)
+        # One delta may end a call and carry the text after it; vLLM's
+        # Responses stream would take that text first (vllm_seam.responses).
+        vllm_seam.continue_open_call_first()
         self._raw_tools = tools
         self._scanner: Spark25CallScanner | None = None
         # The output ends at the first turn-ending token (see turns.py).

@@ -71,6 +71,7 @@ from vllm_spark2_5_plugin.vllm_seam.registries import (
     registered_model_module,
     registered_tool_parser_module,
 )
+from vllm_spark2_5_plugin.vllm_seam.responses import continue_open_call_first
 
 __all__ = [
     "DRAFT_PROTOCOL",
@@ -82,6 +83,7 @@ __all__ = [
     "check_before_vllm_config",
     "check_chat_messages",
     "check_hook_points",
+    "continue_open_call_first",
     "dspark_heads",
     "forget_resolved_tool_parser",
     "full_attention_cache_config",
