@@ -366,6 +366,13 @@ def test_switch_turns_the_grammar_off(monkeypatch):
     assert _adjusted(request).structured_outputs is None
 
 
+def _nested_objects(depth: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
 def _function_tool(name, parameters, strict=None):
     function = {"name": name, "parameters": parameters}
     if strict is not None:
@@ -516,6 +523,15 @@ def _function_tool(name, parameters, strict=None):
             "auto",
             r"the tool name\(s\) 'f' are given to more than one tool",
         ),
+        # Past pydantic's serialization depth (was its own message, no param).
+        (
+            [
+                _function_tool("shallow", {"type": "object", "properties": {}}),
+                _function_tool("deep", _nested_objects(200), strict=True),
+            ],
+            "auto",
+            r"tool 'deep': its parameters schema nests too deeply \(\d+ levels",
+        ),
     ],
     ids=[
         "xgrammar-refuses",
@@ -526,6 +542,7 @@ def _function_tool(name, parameters, strict=None):
         "ref-to-nothing",
         "ref-copies",
         "twice",
+        "too-deep",
     ],
 )
 def test_tools_the_grammar_cannot_honour_are_refused_naming_them(

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import vllm.envs as envs
+from pydantic_core import PydanticSerializationError
 from vllm.entrypoints.generate.base.protocol import (
     DeltaFunctionCall,
     DeltaMessage,
@@ -149,6 +150,20 @@ def own_constraints(request: Any) -> list[str]:
     return found
 
 
+def _nesting(value: Any) -> int:
+    """How deep objects and arrays nest in ``value`` (iteratively: the schema
+    may be deeper than Python's recursion limit)."""
+    depth, level = 0, [value]
+    while level := [
+        child
+        for node in level
+        if isinstance(node, (dict, list))
+        for child in (node.values() if isinstance(node, dict) else node)
+    ]:
+        depth += 1
+    return depth
+
+
 def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> None:
     """Set the grammar that ``tool_choice`` and ``strict`` tools call for.
 
@@ -184,9 +199,16 @@ def constrain_tool_calls(request: ChatCompletionRequest | ResponsesRequest) -> N
     single_call = getattr(request, "parallel_tool_calls", None) is False
     try:
         structural_tag, unusable = build_structural_tag(specs, mode, single_call), None
+        tag = structural_tag.model_dump_json()
     except ValueError as exc:  # a schema the format cannot constrain
-        structural_tag, unusable = None, str(exc)
-    tag = None if structural_tag is None else structural_tag.model_dump_json()
+        structural_tag, tag, unusable = None, None, str(exc)
+        if isinstance(exc, PydanticSerializationError):  # pydantic's depth limit
+            deepest = max(specs, key=lambda spec: _nesting(spec.parameters))
+            unusable = (
+                f"tool {deepest.name!r}: its parameters schema nests too deeply "
+                f"({_nesting(deepest.parameters)} levels of objects and arrays) "
+                "to be turned into a grammar"
+            )
     current = getattr(request, "structured_outputs", None)
     if tag is not None and current is not None and current.structural_tag == tag:
         return  # adjusted already (the same request adjusted twice)
