@@ -172,6 +172,16 @@ def test_round_trip_through_config_json(tmp_path):
             },
             r"\['mrope_section'\] asks for multimodal",
         ),
+        # vLLM would rotate part of each head; the reference rotates whole heads.
+        (
+            {
+                "rope_parameters": {
+                    "sliding_attention": {"partial_rotary_factor": 0.5},
+                    "full_attention": {},
+                }
+            },
+            r"\['sliding_attention'\]\['partial_rotary_factor'\] = 0.5",
+        ),
         ({"attention_output_gate": "yes"}, "attention_output_gate"),
         ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
         # Past the vocabulary (or not an id): no request would stop on it.

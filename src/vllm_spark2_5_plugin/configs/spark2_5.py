@@ -367,6 +367,14 @@ class Spark2_5Config(PreTrainedConfig):
                     f"{name}[{key!r}] asks for {what}, which Spark2_5 (a text "
                     f"model) does not use; remove it (got {entry[key]!r})"
                 )
+        partial = entry.get("partial_rotary_factor", 1.0)
+        if partial != 1.0:
+            raise ValueError(
+                f"{name}['partial_rotary_factor'] = {partial!r} would rotate only "
+                "part of each head; Spark2_5 rotates whole heads (vLLM would "
+                "serve another model than the reference and the DSpark tools "
+                "compute): remove it"
+            )
         required = ROPE_REQUIRED.get(rope_type, ())
         if rope_type == "dynamic":
             required = tuple(k for k in ("factor", "alpha") if k in entry)
