@@ -543,7 +543,11 @@ V1_REFUSAL = "Model Runner V1 does not support: dspark speculative decoding"
             {},
             r"kv_cache_dtype=fp8_e5m2: .* --kv-cache-dtype auto or fp8_e4m3",
         ),
-        ({"dtype": "bfloat16"}, {"head_dim": 80}, r"head_dim=80: .*power of two"),
+        (
+            {"dtype": "bfloat16"},
+            {"head_dim": 80},
+            r"head_dim=80: .*power of two.*all full attention",
+        ),
         # Settings the draft can run pass our check and reach vLLM's own
         # verdict, which on its CPU build is that DSpark needs a GPU (under
         # its CUDA build they are accepted).

@@ -434,8 +434,10 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
     reason = unsupported_head_dim_reason(draft_hf.head_dim)
     if reason is not None:
         raise ValueError(
-            f"head_dim={draft_hf.head_dim}: {reason}. {kernel}: serve this "
-            "checkpoint without --speculative-config"
+            f"head_dim={draft_hf.head_dim}: {reason}. {kernel}: give the "
+            "checkpoint a draft whose layers are all full attention "
+            '(dspark_layer_types ["full_attention", ...]; spark2_5-train-dspark '
+            "--draft-layer-types full), or serve it without --speculative-config"
         )
 
 
