@@ -51,6 +51,7 @@ from vllm_spark2_5_plugin.references.layers import (
     linear,
     rms_norm,
     top2_margins,
+    with_config_defaults,
 )
 
 #: The target tensors the draft shares: embedding and (untied) LM head.
@@ -81,7 +82,9 @@ class DSparkReferenceConfig(ReferenceConfig):
         draft_fields: dict[str, Any] = dict(
             layer_types=list(_field(raw, "dspark_layer_types", [SLIDING])),
             sliding_window=_field(
-                raw, "dspark_sliding_window", raw.get("sliding_window", 4096)
+                raw,
+                "dspark_sliding_window",
+                with_config_defaults(raw)["sliding_window"],
             ),
             target_layer_ids=list(_field(raw, "dspark_target_layer_ids")),
             markov_rank=_field(raw, "dspark_markov_rank"),

@@ -5,8 +5,9 @@ RMSNorm, GELU, NeoX RoPE, masked GQA attention, the attention masks, the
 ``config.json`` fields, checkpoint reading and the one decoder layer that both
 the target (:mod:`.spark2_5`) and the DSpark draft (:mod:`.dspark`) run. The
 math is written from ``docs/model.md`` and ``docs/dspark.md`` alone: nothing
-here imports vLLM or the plugin's production code, only the fixed names of
-:mod:`vllm_spark2_5_plugin.names`.
+here imports vLLM or the plugin's model code, only the fixed names of
+:mod:`vllm_spark2_5_plugin.names` and (for the defaults of fields a
+``config.json`` leaves out) ``Spark2_5Config``.
 
 Every function works on whatever device its tensors are on; new index and
 mask tensors are created on the device of the tensors they go with.
@@ -14,6 +15,7 @@ mask tensors are created on the device of the tensors they go with.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -148,13 +150,59 @@ def block_mask(
 # -- config and checkpoint --------------------------------------------------------
 
 
+#: The ``rope_type`` values the references implement.
+REFERENCE_ROPE_TYPES = ("default", "linear")
+
+
+@functools.cache
+def config_defaults() -> dict[str, Any]:
+    """The defaults ``Spark2_5Config`` gives the fields a ``config.json`` may
+    leave out (``head_dim``, ``sliding_window``, ...; not those defaulting to
+    None), read from it."""
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+
+    return {
+        name: getattr(Spark2_5Config, name)
+        for name in Spark2_5Config.__annotations__
+        if not name.startswith("_")
+        and isinstance(getattr(Spark2_5Config, name, None), (bool, int, float, str))
+    }
+
+
+def with_config_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``Spark2_5Config``'s default for every field it omits."""
+    return {**config_defaults(), **raw}
+
+
+def unsupported_rope(
+    rope_parameters: Mapping[str, Mapping[str, Any]], layer_types: Any
+) -> str | None:
+    """Which of ``layer_types`` use a ``rope_type`` the references do not
+    implement (one line), or None."""
+    found = {
+        t: rope_parameters[t].get("rope_type", "default")
+        for t in dict.fromkeys(layer_types)
+        if rope_parameters[t].get("rope_type", "default") not in REFERENCE_ROPE_TYPES
+    }
+    if not found:
+        return None
+    used = ", ".join(f"{t} layers use rope_type {r!r}" for t, r in found.items())
+    return (
+        f"{used}; the reference implements rope_type "
+        f"{'/'.join(REFERENCE_ROPE_TYPES)} only"
+    )
+
+
 def resolve_rope_parameters(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """RoPE settings per layer type from any spelling ``docs/model.md`` allows.
 
     Per-type dicts, a flat dict for both types, or the legacy top-level
-    ``rope_theta``/``rope_scaling``; a missing theta gets the type's default.
+    ``rope_theta``/``rope_scaling``; a missing theta gets the type's default
+    (``Spark2_5Config``'s).
     """
-    defaults = {SLIDING: 1e4, FULL: 1e6}
+    from vllm_spark2_5_plugin.configs.spark2_5 import DEFAULT_ROPE_THETA
+
+    defaults = dict(DEFAULT_ROPE_THETA)
     params = raw.get("rope_parameters") or raw.get("rope_scaling")
     if params and any(key in params for key in defaults):
         per_type = {t: dict(params.get(t) or {}) for t in defaults}
@@ -185,7 +233,9 @@ class ReferenceConfig:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], **fields: Any) -> Self:
-        """Read config.json (defaults of ``docs/model.md``); ``fields`` win."""
+        """Read config.json (with ``Spark2_5Config``'s defaults for the fields
+        it omits); ``fields`` win."""
+        raw = with_config_defaults(raw)
         n_layers = raw["num_hidden_layers"]
         layer_types = raw.get("layer_types") or [
             FULL if i % 4 == 3 else SLIDING for i in range(n_layers)
@@ -195,14 +245,14 @@ class ReferenceConfig:
             num_attention_heads=raw["num_attention_heads"],
             num_key_value_heads=raw["num_key_value_heads"],
             head_dim=raw["head_dim"],
-            hidden_act=raw.get("hidden_act", "gelu_pytorch_tanh"),
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-            sliding_window=raw.get("sliding_window", 4096),
+            hidden_act=raw["hidden_act"],
+            rms_norm_eps=raw["rms_norm_eps"],
+            sliding_window=raw["sliding_window"],
             layer_types=list(layer_types),
             rope_parameters=resolve_rope_parameters(raw),
-            attention_bias=bool(raw.get("attention_bias", False)),
-            attention_output_gate=raw.get("attention_output_gate", True),
-            tie_word_embeddings=raw.get("tie_word_embeddings", False),
+            attention_bias=bool(raw["attention_bias"]),
+            attention_output_gate=raw["attention_output_gate"],
+            tie_word_embeddings=raw["tie_word_embeddings"],
         )
         return cls(**{**values, **fields})
 

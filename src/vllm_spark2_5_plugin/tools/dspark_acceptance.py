@@ -30,13 +30,16 @@ from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     DRAFT_SHARD,
     INDEX,
+    checked_draft_prefix,
     draft_prefix,
     read_target_config,
     read_tensors,
+    reference_input_problem,
     write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    VLLM_DTYPES,
     check_length,
     device_name,
     greedy_continuations,
@@ -146,7 +149,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     add("--gen-len", type=int_at_least(1), default=128)
     add("--seed", type=int, default=1234)
     add("--continuations", choices=["reference", "vllm"], default="reference")
-    add("--vllm-dtype", default="auto")
+    add("--vllm-dtype", choices=VLLM_DTYPES, default="auto")
     add("--sequences", type=Path, help="JSON {prompt_len, sequences}: no generation")
     add("--num-tokens", type=int_at_least(1), help="K (default: the block size)")
     add("--device", type=device_name, default="cpu")
@@ -154,7 +157,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     dtype, path = DTYPES[args.dtype], args.checkpoint
     raw = read_target_config(path)
-    if draft_prefix(path) is None:
+    if checked_draft_prefix(path) is None:
         parser.error(
             f"{path} has no DSpark draft tensors (none under "
             f"{', '.join(DRAFT_WEIGHT_PREFIXES)}); train one into a copy with "
@@ -164,6 +167,9 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
     except ValueError as exc:
         parser.error(f"{path}: {exc}")
+    problem = reference_input_problem(path, raw, settings.layer_types)
+    if problem is not None:
+        parser.error(problem)
     k = args.num_tokens or settings.block_size
     if k is None:
         parser.error(f"{path} sets no dspark_block_size; pass --num-tokens")
@@ -187,7 +193,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         )
     else:
         try:
-            check_length(raw, args.prompt_len, args.gen_len)
+            check_length(raw, args.prompt_len, args.gen_len, args.continuations)
         except ValueError as exc:
             parser.error(str(exc))
     target, plen, seqs = target_and_sequences(

@@ -74,6 +74,44 @@ def read_target_config(path: Path) -> dict[str, Any]:
     return raw
 
 
+def reference_input_problem(
+    path: Path, raw: dict[str, Any], draft_layer_types: Any = ()
+) -> str | None:
+    """Why the references cannot read the checkpoint at ``path`` (config.json
+    ``raw``) as it is served, in one line, or None: its weights are quantized
+    (the references would read FP8 codes without their scales), or a layer
+    type the target or the draft (``draft_layer_types``) uses has a RoPE type
+    the references do not implement."""
+    from vllm_spark2_5_plugin.references.layers import (
+        ReferenceConfig,
+        unsupported_rope,
+    )
+
+    if raw.get("quantization_config") is not None:
+        method = raw["quantization_config"]
+        method = method.get("quant_method") if isinstance(method, dict) else method
+        return (
+            f"{path} is a quantized checkpoint (quantization_config, "
+            f"{method!r}); the references read only unquantized weights: "
+            "train and measure on the unquantized checkpoint and quantize "
+            "afterwards (python -m vllm_spark2_5_plugin.tools.quantize_fp8)"
+        )
+    config = ReferenceConfig.from_dict(raw)
+    problem = unsupported_rope(
+        config.rope_parameters, [*config.layer_types, *draft_layer_types]
+    )
+    return None if problem is None else f"{path}: {problem}"
+
+
+def checked_draft_prefix(path: Path) -> str | None:
+    """:func:`draft_prefix`, with ``SystemExit`` (one line) for a checkpoint
+    whose draft tensors sit under several prefixes."""
+    try:
+        return draft_prefix(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def draft_prefix(path: Path) -> str | None:
     """The one draft prefix the checkpoint's tensors use (``None``: no draft)."""
     names = _from_shards(

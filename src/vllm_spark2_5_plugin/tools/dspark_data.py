@@ -82,14 +82,36 @@ def device_name(text: str) -> str:
     return text
 
 
-def check_length(raw: dict, prompt_len: int, gen_len: int) -> None:
+#: The ``dtype`` values ``vllm.LLM`` accepts (vLLM 0.32.0's ``ModelDType``):
+#: the choices of ``--vllm-dtype``.
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+#: Positions the vLLM child asks for beyond the longest prompt + continuation
+#: (its ``max_model_len``).
+VLLM_EXTRA_POSITIONS = 8
+
+
+def check_length(
+    raw: dict, prompt_len: int, gen_len: int, continuations: str = "reference"
+) -> None:
     """``ValueError`` when ``prompt_len + gen_len`` tokens exceed the target's
-    ``max_position_embeddings`` (the longest sequence vLLM would serve)."""
+    ``max_position_embeddings`` (the longest sequence vLLM would serve), or,
+    with ``vllm`` continuations, when the ``max_model_len`` the vLLM child
+    asks for (``VLLM_EXTRA_POSITIONS`` more) does."""
     limit = raw.get("max_position_embeddings")
-    if limit is not None and prompt_len + gen_len > limit:
+    if limit is None:
+        return
+    if prompt_len + gen_len > limit:
         raise ValueError(
             f"--prompt-len {prompt_len} + --gen-len {gen_len} = "
             f"{prompt_len + gen_len} tokens exceed the model's "
+            f"max_position_embeddings {limit}; shorten them"
+        )
+    if continuations == "vllm" and prompt_len + gen_len + VLLM_EXTRA_POSITIONS > limit:
+        raise ValueError(
+            f"--continuations vllm: --prompt-len {prompt_len} + --gen-len "
+            f"{gen_len} + {VLLM_EXTRA_POSITIONS} = "
+            f"{prompt_len + gen_len + VLLM_EXTRA_POSITIONS} positions (the "
+            "max_model_len vLLM is asked for) exceed the model's "
             f"max_position_embeddings {limit}; shorten them"
         )
 
@@ -143,7 +165,7 @@ def _vllm_worker(path: str, job: str) -> None:
     llm = LLM(
         model=path,
         seed=spec["seed"],
-        max_model_len=max(map(len, prompts)) + gen_len + 8,
+        max_model_len=max(map(len, prompts)) + gen_len + VLLM_EXTRA_POSITIONS,
         gpu_memory_utilization=spec["gpu_memory_utilization"],
         dtype=spec["dtype"],
         enforce_eager=True,
@@ -197,7 +219,12 @@ def greedy_continuations(
         spec["groups"] = [n for n in (alone, len(prompts) - alone) if n]
         job.write_text(json.dumps(spec))
         code = f"import {__name__} as m; m._vllm_worker({str(path)!r}, {str(job)!r})"
-        subprocess.run([sys.executable, "-c", code], check=True)
+        done = subprocess.run([sys.executable, "-c", code], check=False)
+        if done.returncode != 0:
+            raise SystemExit(
+                f"the vLLM continuations failed: its process ended with exit "
+                f"status {done.returncode} (its output is above)"
+            )
         out = json.loads(job.read_text())["continuations"]
     short = [i for i, c in enumerate(out) if len(c) != gen_len]
     if short:

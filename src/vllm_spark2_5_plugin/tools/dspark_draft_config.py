@@ -11,7 +11,10 @@ from typing import Any
 
 from vllm_spark2_5_plugin.names import DSPARK_ALIASES
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
-from vllm_spark2_5_plugin.references.layers import ReferenceConfig
+from vllm_spark2_5_plugin.references.layers import (
+    ReferenceConfig,
+    with_config_defaults,
+)
 
 #: Fields the draft layers share with the target's (its own: sliding window
 #: and layer types).
@@ -61,7 +64,9 @@ class DraftConfig:
 
     @classmethod
     def from_config(cls, raw: dict[str, Any], **overrides: Any) -> DraftConfig:
-        """Target fields + ``dspark_*`` fields of config.json; ``overrides`` win."""
+        """Target fields + ``dspark_*`` fields of config.json (``Spark2_5Config``'s
+        defaults for the fields it omits); ``overrides`` win."""
+        raw = with_config_defaults(raw)
         n = raw["num_hidden_layers"]
         default_ids = sorted(
             {min(n - 1, 1 + round(k * max(n - 3, 0) / 2)) for k in range(3)}
@@ -76,8 +81,7 @@ class DraftConfig:
             ),
             "noise_token_id": _dspark(raw, "dspark_noise_token_id"),
             "layer_types": raw.get("dspark_layer_types") or [SLIDING_TYPE],
-            "sliding_window": raw.get("dspark_sliding_window")
-            or raw.get("sliding_window", 4096),
+            "sliding_window": raw.get("dspark_sliding_window") or raw["sliding_window"],
         }
         dspark.update({k: v for k, v in overrides.items() if v is not None})
         dspark["target_layer_ids"] = tuple(sorted(dspark["target_layer_ids"]))

@@ -33,16 +33,18 @@ from vllm_spark2_5_plugin.tools.dspark_acceptance import (
     offline_acceptance,
 )
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
-    draft_prefix,
+    checked_draft_prefix,
     draft_tensor_shapes,
     noise_token_id,
     read_draft,
     read_target_config,
+    reference_input_problem,
     with_dspark_fields,
     write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    VLLM_DTYPES,
     check_length,
     device_name,
     int_at_least,
@@ -197,7 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number(0, above=True, most=1),
         default=0.8,
     )
-    add("--vllm-dtype", default="auto", help="dtype of the vLLM continuations")
+    add(
+        "--vllm-dtype",
+        choices=VLLM_DTYPES,
+        default="auto",
+        help="dtype of the vLLM continuations",
+    )
     add("--init-draft", choices=["checkpoint", "random", "target"], default=None)
     add("--block-size", type=int)
     add("--markov-head-type", choices=["vanilla", "rnn"])
@@ -245,10 +252,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         layer_types=args.draft_layer_types,
         sliding_window=args.draft_sliding_window,
     )
-    try:
-        prefix_in = draft_prefix(src)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    prefix_in = checked_draft_prefix(src)
     shape_given = any(v is not None for v in shape.values())
     init = args.init_draft or (
         "checkpoint" if prefix_in and not shape_given else "random"
@@ -269,6 +273,11 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
             "--draft-layer-types, --draft-sliding-window or --noise-token-id"
         ) from None
+    # The references compute the features, the continuations and the
+    # acceptance: refuse a checkpoint they would read wrongly, before any work.
+    problem = reference_input_problem(src, raw, cfg.layer_types)
+    if problem is not None:
+        raise SystemExit(problem)
     if init == "checkpoint":
         # Before anything is deleted: the checkpoint's draft must fit the
         # settings (a changed --markov-rank, say, does not).
@@ -328,7 +337,7 @@ def check_data_options(
         )
     else:
         try:
-            check_length(raw, args.prompt_len, args.gen_len)
+            check_length(raw, args.prompt_len, args.gen_len, args.continuations)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
     save = args.save_sequences
@@ -396,10 +405,7 @@ def _run(
     ckpt_draft = None
     if init == "checkpoint" and prefix_in:
         ckpt_draft = read_draft(src, prefix_in)
-    n_layers = raw["num_hidden_layers"]
-    target_types = raw.get("layer_types") or [
-        FULL if i % 4 == 3 else SLIDING_TYPE for i in range(n_layers)
-    ]
+    target_types = target.config.layer_types
     state = initial_state(
         draft, init, args.seed, ckpt_draft, target.weights, target_types
     )

@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Input the DSpark trainer and acceptance tool must refuse up front, in one
+line (the trainer before ``--overwrite`` deletes anything), and config.json
+fields they must read with ``Spark2_5Config``'s defaults.
+
+The references implement only some RoPE types and read only unquantized
+weights; ``--continuations vllm`` settings the vLLM child would refuse; draft
+tensors under several prefixes; a config.json that omits defaulted fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.references.dspark import DSparkReferenceConfig
+from vllm_spark2_5_plugin.references.layers import ReferenceConfig
+from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
+from vllm_spark2_5_plugin.tools import dspark_data, train_dspark
+from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+from vllm_spark2_5_plugin.tools.train_dspark import train
+
+SMALL = ("--num-prompts", "2", "--eval-prompts", "1", "--prompt-len", "8")
+SMALL += ("--gen-len", "8", "--steps", "2", "--device", "cpu")
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the command started its work before refusing")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), dspark=True)
+
+
+def _edited(tiny: Path, dst: Path, **changes) -> Path:
+    """A copy of ``tiny`` whose config.json has ``changes`` (None: removed)."""
+    shutil.copytree(tiny, dst)
+    raw = json.loads((dst / "config.json").read_text())
+    for name, value in changes.items():
+        if value is None:
+            raw.pop(name, None)
+        else:
+            raw[name] = value
+    (dst / "config.json").write_text(json.dumps(raw))
+    return dst
+
+
+def _trainer_refuses(tmp_path: Path, src: Path, *extra: str) -> str:
+    """The one-line message of a trainer run that must stop before deleting
+    the earlier output (``--overwrite``) or doing any work."""
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "kept.txt").write_text("an earlier run")
+    with pytest.raises(SystemExit) as stopped:
+        train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    assert (dst / "kept.txt").read_text() == "an earlier run"
+    said = str(stopped.value.code)
+    assert "\n" not in said, said
+    return said
+
+
+def _acceptance_refuses(capsys, ckpt: Path, *extra: str) -> str:
+    """The error line of an acceptance run that must stop before any work."""
+    with pytest.raises(SystemExit) as stopped:
+        acc.run([str(ckpt), *extra])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert stopped.value.code == 2 and len(lines) == 1, err
+    assert "Traceback" not in err, err
+    return lines[0]
+
+
+YARN = {
+    "rope_type": "yarn",
+    "factor": 2.0,
+    "original_max_position_embeddings": 1024,
+    "rope_theta": 10000.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("rope", "message"),
+    [
+        (YARN, r"sliding_attention layers use rope_type 'yarn'"),
+        (
+            {
+                "sliding_attention": {"rope_type": "default"},
+                "full_attention": {"rope_type": "dynamic", "factor": 2.0},
+            },
+            r"^[^,]*: full_attention layers use rope_type 'dynamic'; the "
+            r"reference implements rope_type default/linear",
+        ),
+    ],
+    ids=["yarn", "dynamic-full"],
+)
+@pytest.mark.parametrize("continuations", ["reference", "vllm"])
+def test_a_rope_type_the_reference_lacks_is_refused_up_front(
+    tmp_path, rope, message, continuations, monkeypatch, capsys
+) -> None:
+    src = make_tiny_checkpoint(tmp_path / "rope", dspark=True, rope_parameters=rope)
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    extra = ("--continuations", continuations)
+    said = _trainer_refuses(tmp_path, src, *extra)
+    assert re.search(message, said), said
+    said = _acceptance_refuses(capsys, src, "--num-tokens", "4", *extra)
+    assert re.search(message.lstrip("^"), said), said
+
+
+def test_a_quantized_checkpoint_is_refused(tmp_path, tiny, monkeypatch, capsys):
+    """config.json with ``quantization_config`` (as quantize_fp8 writes):
+    the references would read FP8 codes without their scales."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    quant = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+    src = _edited(tiny, tmp_path / "fp8", quantization_config=quant)
+    expected = (
+        r"is a quantized checkpoint .*'compressed-tensors'.*train and measure on "
+        r"the unquantized checkpoint and quantize afterwards"
+    )
+    assert re.search(expected, _trainer_refuses(tmp_path, src))
+    assert re.search(expected, _acceptance_refuses(capsys, src))
+
+
+def test_vllm_dtype_choices_are_vllms(tmp_path, tiny, monkeypatch, capsys) -> None:
+    from vllm.config.model import ModelDType
+
+    assert set(dspark_data.VLLM_DTYPES) == set(typing.get_args(ModelDType))
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    extra = ("--continuations", "vllm", "--vllm-dtype", "bf16")
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "kept.txt").write_text("an earlier run")
+    with pytest.raises(SystemExit):
+        train([str(tiny), str(dst), "--overwrite", *SMALL, *extra])
+    assert "argument --vllm-dtype: invalid choice: 'bf16'" in capsys.readouterr().err
+    assert (dst / "kept.txt").read_text() == "an earlier run"
+    said = _acceptance_refuses(capsys, tiny, *extra)
+    assert "argument --vllm-dtype: invalid choice: 'bf16'" in said
+
+
+def test_length_check_matches_the_vllm_childs_max_model_len(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The child asks vLLM for max_model_len = P + G + VLLM_EXTRA_POSITIONS;
+    the up-front check must refuse what vLLM would."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    src = make_tiny_checkpoint(
+        tmp_path / "mpe", dspark=True, max_position_embeddings=64
+    )
+    extra = ("--prompt-len", "16", "--gen-len", "48", "--continuations", "vllm")
+    expected = (
+        r"--continuations vllm: --prompt-len 16 \+ --gen-len 48 \+ "
+        rf"{dspark_data.VLLM_EXTRA_POSITIONS} = "
+        rf"{64 + dspark_data.VLLM_EXTRA_POSITIONS} positions .* exceed the model's "
+        r"max_position_embeddings 64"
+    )
+    assert re.search(expected, _trainer_refuses(tmp_path, src, *extra))
+    assert re.search(expected, _acceptance_refuses(capsys, src, *extra))
+    # The reference continuations need no more than P + G positions.
+    dspark_data.check_length({"max_position_embeddings": 64}, 16, 48)
+
+
+def test_a_failed_vllm_child_ends_in_one_line(tmp_path, tiny, monkeypatch) -> None:
+    monkeypatch.setattr(dspark_data.sys, "executable", shutil.which("false"))
+    with pytest.raises(SystemExit) as stopped:
+        dspark_data.greedy_continuations(tiny, [[1, 2, 3]], 4, "vllm")
+    said = str(stopped.value.code)
+    assert said.startswith("the vLLM continuations failed") and "\n" not in said
+
+
+def test_acceptance_refuses_draft_tensors_under_several_prefixes(
+    tmp_path, tiny, monkeypatch
+) -> None:
+    from safetensors.torch import save_file
+
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    path = tmp_path / "two-prefixes"
+    shutil.copytree(tiny, path)
+    save_file({"mtp.norm.weight": torch.ones(64)}, str(path / "extra.safetensors"))
+    with pytest.raises(SystemExit, match="has draft tensors under several prefixes"):
+        acc.run([str(path)])
+
+
+#: Fields with a Spark2_5Config default that a config.json may omit.
+DEFAULTED = (
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "sliding_window",
+    "attention_bias",
+    "attention_output_gate",
+    "tie_word_embeddings",
+)
+
+
+def test_omitted_fields_get_spark2_5configs_defaults(tmp_path, tiny) -> None:
+    raw = json.loads((tiny / "config.json").read_text())
+    for name in DEFAULTED:
+        raw.pop(name, None)
+    ref = ReferenceConfig.from_dict(raw)
+    draft = DraftConfig.from_config(raw)
+    dspark = DSparkReferenceConfig.from_dict(raw)
+    for name in DEFAULTED:
+        assert getattr(ref, name) == getattr(Spark2_5Config, name), name
+    assert draft.head_dim == dspark.head_dim == Spark2_5Config.head_dim
+    # The draft's window defaults to the target's (here: Spark2_5Config's).
+    assert "dspark_sliding_window" not in raw
+    assert dspark.sliding_window == Spark2_5Config.sliding_window
+
+
+def test_tools_read_a_config_without_head_dim(tmp_path, monkeypatch) -> None:
+    """End to end: a checkpoint whose head_dim is the default, not written."""
+    full = make_tiny_checkpoint(
+        tmp_path / "hd", dspark=True, head_dim=Spark2_5Config.head_dim
+    )
+    src = _edited(full, tmp_path / "nohd", head_dim=None)
+    small = ("--num-prompts", "1", "--prompt-len", "8", "--gen-len", "8")
+    report = acc.run([str(src), *small])
+    assert report["num_drafts"] >= 1
+    summary = train([str(src), str(tmp_path / "out"), *SMALL])
+    assert summary["dspark"]["dspark_block_size"] == 4
