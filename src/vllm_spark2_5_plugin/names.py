@@ -57,12 +57,11 @@ DSPARK_FIELDS = (
     "draft_vocab_size",
 )
 
-#: Target ``config.json`` fields the DSpark draft's layers read too: they
-#: share the target's attention shape, MLP, norms and RoPE (the legacy RoPE
-#: names included).
+#: Target ``config.json`` fields the DSpark draft's layers take as they are:
+#: the attention shape, norms, activation and RoPE (the MLP also shares
+#: ``intermediate_size``).
 DRAFT_SHARED_FIELDS = (
     "hidden_size",
-    "intermediate_size",
     "num_attention_heads",
     "num_key_value_heads",
     "head_dim",
@@ -71,8 +70,6 @@ DRAFT_SHARED_FIELDS = (
     "attention_bias",
     "attention_output_gate",
     "rope_parameters",
-    "rope_scaling",
-    "rope_theta",
 )
 
 MARKOV_HEAD_TYPES = ("vanilla", "rnn")

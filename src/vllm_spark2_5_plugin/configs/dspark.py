@@ -327,9 +327,16 @@ def refuse_draft_overrides(target_model_config: Any) -> None:
     overrides = getattr(target_model_config, "hf_overrides", None)
     if not isinstance(overrides, dict):
         return  # a callable override: its effect on the draft is vLLM's
-    named = sorted(set(overrides) & {*DSPARK_FIELDS, *DRAFT_SHARED_FIELDS})
+    # With the MLP's size and the legacy spellings of the RoPE settings.
+    shared_fields = {
+        *DRAFT_SHARED_FIELDS,
+        "intermediate_size",
+        "rope_scaling",
+        "rope_theta",
+    }
+    named = sorted(set(overrides) & {*DSPARK_FIELDS, *shared_fields})
     if named:
-        shared = [name for name in named if name in DRAFT_SHARED_FIELDS]
+        shared = [name for name in named if name in shared_fields]
         raise ValueError(
             f"--hf-overrides sets {', '.join(named)}, but vLLM builds the "
             "DSpark draft from the checkpoint's config.json without "

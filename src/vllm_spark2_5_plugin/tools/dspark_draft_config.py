@@ -9,25 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_spark2_5_plugin.names import DSPARK_ALIASES
+from vllm_spark2_5_plugin.names import DRAFT_SHARED_FIELDS, DSPARK_ALIASES
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
 from vllm_spark2_5_plugin.references.layers import (
     ReferenceConfig,
     with_config_defaults,
-)
-
-#: Fields the draft layers share with the target's (its own: sliding window
-#: and layer types).
-_TARGET_FIELDS = (
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "hidden_act",
-    "rms_norm_eps",
-    "attention_bias",
-    "attention_output_gate",
-    "rope_parameters",
 )
 
 
@@ -92,7 +78,7 @@ class DraftConfig:
         return cls(
             vocab_size=raw["vocab_size"],
             intermediate_size=raw["intermediate_size"],
-            **{name: getattr(target, name) for name in _TARGET_FIELDS},
+            **{name: getattr(target, name) for name in DRAFT_SHARED_FIELDS},
             **dspark,
         )
 
