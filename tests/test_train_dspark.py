@@ -672,6 +672,11 @@ def _refusal(capsys, call) -> str:
             ("--save-sequences", "{tmp}/no-dir/sequences.json"),
             r"--save-sequences .*sequences\.json: name a file in an existing directory",
         ),
+        (  # vLLM refuses sliding draft layers the kernel cannot run
+            lambda tmp, tiny: make_tiny_checkpoint(tmp / "hd96", head_dim=96),
+            ("--init-draft", "random", "--draft-layer-types", "sliding,full"),
+            r"sliding layers and head_dim=96: .*power of two.*full-attention",
+        ),
     ],
     ids=[
         "no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft",
@@ -680,7 +685,7 @@ def _refusal(capsys, call) -> str:
         "no-cuda", "too-long",
         "seq-missing", "seq-not-json", "seq-no-key", "seq-big-id", "seq-negative-id",
         "seq-few",
-        "seq-short", "save-no-dir",
+        "seq-short", "save-no-dir", "head-dim",
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("earlier_output", [False, True])

@@ -26,6 +26,7 @@ from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import FULL
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
+from vllm_spark2_5_plugin.ops.limits import unsupported_head_dim_reason
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.tools.dspark_acceptance import (
     AcceptanceReport,
@@ -226,6 +227,14 @@ def check_draft_config(raw: dict[str, Any], cfg: DraftConfig) -> None:
     the field and value)."""
     written = with_dspark_fields(raw, cfg.config_fields())
     read_dspark_settings(Spark2_5Config.from_dict(written))
+    # vLLM's start-up check of a DSpark server (configs.dspark): sliding
+    # draft layers run on the fixed-history kernel.
+    reason = unsupported_head_dim_reason(cfg.head_dim)
+    if SLIDING_TYPE in cfg.layer_types and reason is not None:
+        raise ValueError(
+            f"dspark_layer_types has sliding layers and head_dim={cfg.head_dim}: "
+            f"{reason}; give the draft full-attention layers only"
+        )
 
 
 def train(argv: list[str] | None = None) -> dict[str, Any]:
