@@ -284,6 +284,11 @@ def runs(tiny, sequences, tmp_path_factory) -> list[tuple[Path, dict]]:
 
 def test_training_lowers_loss_and_raises_acceptance(tiny, sequences, runs) -> None:
     dst, summary = runs[0]
+    # The sequences file's lengths, not the ignored --prompt-len/--gen-len.
+    given = json.loads(sequences.read_text())
+    assert summary["prompt_len"] == given["prompt_len"] == PROMPT_LEN
+    assert summary["sequence_length"] == len(given["sequences"][0])
+    assert summary["args"]["prompt_len"] != PROMPT_LEN
     loss = summary["loss"]
     assert loss["end_mean10"] < 0.5 * loss["start_mean10"]
     tf = summary["teacher_forced_accept_len"]

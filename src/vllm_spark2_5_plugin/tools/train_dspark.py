@@ -510,6 +510,9 @@ def _summary(
         "dtype": args.dtype,
         "torch": torch.__version__,
         "num_train_sequences": n_train,
+        # What the run used (with --sequences, the file's; "args" holds the
+        # command line, whose --prompt-len and --gen-len it then ignores).
+        "prompt_len": plen,
         "sequence_length": seq_len,
         "draft_parameters": n_params,
         "anchors_per_step": math.ceil(args.batch_anchors / per_seq) * per_seq,
