@@ -68,14 +68,19 @@ def top2_margins(logits: torch.Tensor) -> torch.Tensor:
 # -- RoPE ----------------------------------------------------------------------
 
 
+#: The ``rope_type`` values the references implement.
+REFERENCE_ROPE_TYPES = ("default", "linear")
+
+
 def rope_inverse_frequencies(
     rope: Mapping[str, Any], head_dim: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """Per-pair inverse frequencies (float64); ``linear`` divides positions."""
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", "linear"):
+    if rope_type not in REFERENCE_ROPE_TYPES:
         raise ValueError(
-            f"the reference implements rope_type default/linear, not {rope_type!r}"
+            f"the reference implements rope_type {'/'.join(REFERENCE_ROPE_TYPES)}, "
+            f"not {rope_type!r}"
         )
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device)
     inv_freq = 1.0 / (float(rope["rope_theta"]) ** (exponents / head_dim))
@@ -150,10 +155,6 @@ def block_mask(
 # -- config and checkpoint --------------------------------------------------------
 
 
-#: The ``rope_type`` values the references implement.
-REFERENCE_ROPE_TYPES = ("default", "linear")
-
-
 @functools.cache
 def config_defaults() -> dict[str, Any]:
     """The defaults ``Spark2_5Config`` gives the fields a ``config.json`` may
@@ -179,11 +180,8 @@ def unsupported_rope(
 ) -> str | None:
     """Which of ``layer_types`` use a ``rope_type`` the references do not
     implement (one line), or None."""
-    found = {
-        t: rope_parameters[t].get("rope_type", "default")
-        for t in dict.fromkeys(layer_types)
-        if rope_parameters[t].get("rope_type", "default") not in REFERENCE_ROPE_TYPES
-    }
+    types = {t: rope_parameters[t].get("rope_type", "default") for t in layer_types}
+    found = {t: r for t, r in types.items() if r not in REFERENCE_ROPE_TYPES}
     if not found:
         return None
     used = ", ".join(f"{t} layers use rope_type {r!r}" for t, r in found.items())
