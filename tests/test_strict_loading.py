@@ -80,8 +80,11 @@ def split_into_two_files(path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def build(path: Path, draft: bool = False) -> torch.nn.Module:
-    """The target (or the DSpark draft) of ``path``, loaded by ``get_model``."""
+def build(
+    path: Path, draft: bool = False, quantization: str | None = None
+) -> torch.nn.Module:
+    """The target (or the DSpark draft) of ``path``, loaded by ``get_model``
+    (with ``quantization``: vLLM's online quantization of it)."""
     from vllm.config import (
         ModelConfig,
         ParallelConfig,
@@ -92,7 +95,12 @@ def build(path: Path, draft: bool = False) -> torch.nn.Module:
     from vllm.model_executor.model_loader import get_model
 
     model_config = ModelConfig(
-        model=str(path), dtype="float32", max_model_len=256, enforce_eager=True
+        model=str(path),
+        # The CPU build's int8 method takes 16-bit activations only.
+        dtype="bfloat16" if quantization else "float32",
+        max_model_len=256,
+        enforce_eager=True,
+        quantization=quantization,
     )
     parallel = ParallelConfig()
     vllm_config = VllmConfig(model_config=model_config, parallel_config=parallel)
@@ -148,6 +156,7 @@ def test_llm_start_up_fails_on_a_missing_lm_head(tmp_path):
 G_PROJ = "model.layers.1.self_attn.g_proj.weight"
 K_PROJ = "model.layers.3.self_attn.k_proj.weight"
 Q_BIAS = "model.layers.0.self_attn.q_proj.bias"
+ONLINE_METHOD = "int8_per_channel_weight_only"
 NORM_BIAS = "model.layers.2.input_layernorm.bias"
 
 #: name -> (checkpoint overrides, edit, words the error must contain)
@@ -217,6 +226,19 @@ BROKEN_TARGETS = {
         replace(K_PROJ, lambda w: w.to(torch.int8)),
         [f"'{K_PROJ}'", "torch.int8", "floating-point"],
     ),
+    # FP8 codes read as numbers, without their scales.
+    "k_proj-float8": (
+        {},
+        replace(K_PROJ, lambda w: w.to(torch.float8_e4m3fn)),
+        [f"'{K_PROJ}'", "torch.float8_e4m3fn", "quantization_config"],
+    ),
+    # An FP8 checkpoint whose config.json lost its quantization_config: vLLM
+    # said "no module or parameter named ...weight_scale".
+    "a-weight_scale-without-quantization_config": (
+        {},
+        lambda t: t.update({K_PROJ + "_scale": torch.ones(N_KV * HEAD_DIM, 1)}),
+        [f"'{K_PROJ}_scale'", "quantization_config"],
+    ),
     # Every logit NaN, served without an error anywhere.
     "k_proj-a-nan-row": (
         {},
@@ -263,6 +285,75 @@ def test_count_nonfinite_finds_every_value_in_any_chunk(value, dtype, monkeypatc
     broken[[1, 8, 20]] = value
     assert weight_checks.count_nonfinite(broken) == 4
     assert weight_checks.count_nonfinite(broken.view(5, 6)) == 4
+
+
+def test_count_nonfinite_reads_the_nan_codes_of_8_bit_floats(monkeypatch):
+    """An FP8 checkpoint's weights have no ``aminmax``: their NaN (e4m3fn)
+    and NaN or infinity (e5m2) codes are counted from the bits, in chunks."""
+    from vllm_spark2_5_plugin.models import weight_checks
+
+    monkeypatch.setattr(weight_checks, "FINITE_CHUNK", 7)
+    for dtype, bad in (
+        (torch.float8_e4m3fn, [float("nan")]),
+        (torch.float8_e5m2, [float("nan"), torch.inf, -torch.inf]),
+    ):
+        values = (torch.randn(30) * 100).to(dtype)
+        values[3] = 448.0 if dtype == torch.float8_e4m3fn else 57344.0  # largest
+        assert weight_checks.count_nonfinite(values) == 0, dtype
+        for i, value in enumerate(bad):
+            values[7 * i + 6] = value
+        assert weight_checks.count_nonfinite(values) == len(bad), dtype
+
+
+#: Online quantization (``--quantization``) of a broken unquantised
+#: checkpoint: vLLM 0.32.0 checks the loaded weights only of unquantised
+#: models, and the plugin's checks were off too. Measured before: a missing
+#: norm served as all ones, a missing LM head as NaN logprobs, a missing
+#: k_proj and a NaN row without a word. (int8 weight-only is the online
+#: method the CPU build runs; FP8 checkpoints: tests/test_fp8_checkpoint.py.)
+BROKEN_ONLINE = {
+    "missing-norm": (
+        drop("model.norm.weight"),
+        ["'model.norm.weight'", f"({H},)", "no tensor of 'model.norm'"],
+    ),
+    "missing-lm_head": (drop("lm_head.weight"), ["'lm_head.weight'"]),
+    "missing-k_proj": (drop(K_PROJ), [f"'{K_PROJ}'", "quantised or not"]),
+    "k_proj-a-nan-row": (
+        replace(K_PROJ, lambda w: w.index_fill(0, torch.tensor([1]), float("nan"))),
+        ["NaN or infinite", "'model.layers.3.self_attn.qkv_proj.weight'"],
+    ),
+    "k_proj-wrong-shape": (
+        replace(K_PROJ, lambda w: torch.cat([w, w[:HEAD_DIM]])),
+        [f"'{K_PROJ}'", "num_key_value_heads"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_ONLINE))
+def test_broken_checkpoint_with_online_quantization_fails_naming_the_tensor(
+    case, world, tmp_path
+):
+    edit, words = BROKEN_ONLINE[case]
+    path = make_tiny_checkpoint(tmp_path / case)
+    edit_tensors(path, edit)
+    with pytest.raises(ValueError) as excinfo:
+        build(path, quantization=ONLINE_METHOD)
+    for word in words:
+        assert word in message(excinfo), (word, message(excinfo))
+
+
+def test_whole_checkpoint_loads_with_online_quantization(world, tmp_path):
+    """The control: the checks refuse nothing a sound checkpoint holds, and
+    the layers are quantised (int8 weights)."""
+    model = build(make_tiny_checkpoint(tmp_path / "whole"), quantization=ONLINE_METHOD)
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    assert qkv.quant_config is not None
+    norm = load_norm(tmp_path / "whole").to(torch.bfloat16)
+    assert torch.equal(model.model.norm.weight, norm)
+
+
+def load_norm(path: Path) -> torch.Tensor:
+    return load_file(str(path / SAFETENSORS))["model.norm.weight"]
 
 
 @pytest.mark.parametrize("case", list(BROKEN_TARGETS))

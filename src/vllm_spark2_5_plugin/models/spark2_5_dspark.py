@@ -35,7 +35,6 @@ import torch
 from torch import nn
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
-from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
@@ -338,11 +337,10 @@ class Spark2_5DSparkForCausalLM(nn.Module):
     def _load_policy(self) -> LoadPolicy:
         """Unquantised drafts are checked strictly, on every load (a draft gets
         no partial weight updates); the checkpoint is the draft config's."""
-        unquantized = self.model.main_proj.quant_config is None
         return LoadPolicy(
             CheckpointFiles(self.config.name_or_path),
-            check=unquantized,
-            require_all=unquantized,
+            check=self.model.main_proj.quant_config is None,
+            require_all=True,
             first_load_only=False,
         )
 
@@ -379,9 +377,14 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             if self.hf_to_vllm_mapper.map_name(name) not in params:
                 raise ValueError(
                     f"DSpark draft tensor {ckpt_name!r} has no matching parameter; "
-                    "check dspark_layer_types (the number of draft layers), "
-                    "dspark_markov_head_type and dspark_enable_confidence_head "
-                    "against the checkpoint"
+                    + (
+                        "q/k/v biases need attention_bias: true in config.json "
+                        "(the draft layers share the target's setting)"
+                        if name.endswith(".bias")
+                        else "check dspark_layer_types (the number of draft "
+                        "layers), dspark_markov_head_type and "
+                        "dspark_enable_confidence_head against the checkpoint"
+                    )
                 )
             check.check(name, tensor, shown=ckpt_name)
             self._draft_prefix = found
@@ -418,26 +421,8 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             f"The checkpoint {policy.checkpoint.describe()} lacks DSpark "
             f"draft weights (looked under {where})"
         )
-        if check.enabled:
-            check.finish(loaded, header=header)
-        else:
-            # Quantised: other tensor names, so only vLLM's loaded set is known.
-            required = set(dict(self.named_parameters())) - self._kv_cache_scales()
-            if missing := sorted(required - loaded):
-                raise ValueError(f"{header}: {missing}")
+        check.finish(loaded, header=header)
         return loaded
-
-    def _kv_cache_scales(self) -> set[str]:
-        """Parameters a quantization method adds to the attention layers (the
-        KV-cache and query scales of compressed-tensors, fp8): checkpoints
-        carry them only when they calibrated them, and vLLM falls back to 1.0
-        otherwise, so the draft does not require them either."""
-        return {
-            f"{name}.{param}"
-            for name, module in self.named_modules()
-            if isinstance(module, Attention)
-            for param, _ in module.named_parameters()
-        }
 
 
 __all__ = ["Spark2_5DSparkForCausalLM", "Spark2_5DSparkModel"]

@@ -27,8 +27,21 @@ parameters, the checkpoint's own files):
   checkpoint's ``*.index.json`` weight map (or its single file); it is read
   only when an error is being reported.
 
-Quantised models are left to vLLM (their tensors have other names and
-shapes, and vLLM's own tracking is strict for quantised parameters).
+Quantised models (an FP8 or other quantised checkpoint, or online
+``--quantization``) get the checks that hold whatever the method: vLLM 0.32.0
+compares loaded with expected weights only when a model is NOT quantised, and
+measured without these checks, an FP8 checkpoint that lacked its LM head, a
+weight scale or an output gate served NaN logprobs and token 0 without a
+word. A quantisation method renames and reshapes the linear layers' tensors
+(``qweight``, ``weight_scale``, packed shapes), so here every tensor of the
+tables must be present under its module (``...k_proj.`` holds something),
+the shards fused into one parameter must carry the same tensors (a
+``weight_scale`` for ``gate_proj`` needs one for ``up_proj``), every
+parameter must be loaded except those a checkpoint cannot carry (as vLLM's
+own rule for quantised models: KV-cache scales, online quantisation's
+parameters, empty placeholders), and no parameter may hold NaN or infinity.
+A wide floating-point tensor under a table's name keeps its shape in every
+format, so it is shape-checked as well.
 """
 
 from __future__ import annotations
@@ -41,9 +54,15 @@ from typing import Any
 
 import torch
 from torch import nn
+from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.utils import WeightsMapper
 
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
+
+try:  # the method behind vLLM's KV-cache (and query) scales
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+except ImportError:  # pragma: no cover - moved in another vLLM release
+    BaseKVCacheMethod = ()
 
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -52,6 +71,45 @@ MAX_LISTED = 24
 #: Values looked at per step for NaN / infinity: bounds the temporary mask
 #: of a count (16 MiB), so a vocabulary-sized embedding is never copied whole.
 FINITE_CHUNK = 1 << 24
+#: 8-bit floats: (mask, value) of the bits of their NaN (and infinity) codes.
+#: e4m3fn has no infinity and one NaN code per sign; e5m2's all-ones exponent
+#: holds both. Other 8-bit variants are not looked at.
+FP8_NONFINITE_BITS = {
+    torch.float8_e4m3fn: (0x7F, 0x7F),
+    torch.float8_e5m2: (0x7C, 0x7C),
+}
+WIDE_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: Tensors a checkpoint may carry for some fused shards only: the KV-cache
+#: scales of k_proj / v_proj (``output_scale``, ``k_scale``...), which vLLM
+#: maps onto the attention layer, and biases (checked by name instead).
+UNSHARED_LEAVES = frozenset(
+    {"output_scale", "k_scale", "v_scale", "q_scale", "prob_scale", "kv_scale", "bias"}
+)
+#: Parameters a quantisation method builds from its config, never read from
+#: a checkpoint (vLLM's own loaded-weights rule exempts the same).
+CONFIG_BUILT_LEAVES = frozenset({"input_scale_ub"})
+#: Tensor names only a quantised checkpoint holds, for the hint that its
+#: ``quantization_config`` is missing.
+QUANTISED_LEAVES = frozenset(
+    {
+        "weight_scale",
+        "weight_scale_inv",
+        "weight_scale_2",
+        "input_scale",
+        "weight_packed",
+        "weight_zero_point",
+        "weight_global_scale",
+        "input_global_scale",
+        "qweight",
+        "qzeros",
+        "scales",
+        "g_idx",
+    }
+)
+NO_QUANTIZATION_CONFIG = (
+    "a quantised checkpoint needs its quantization_config in config.json, "
+    "which this one lacks"
+)
 
 
 def count_nonfinite(tensor: torch.Tensor) -> int:
@@ -60,8 +118,21 @@ def count_nonfinite(tensor: torch.Tensor) -> int:
     First the smallest and largest values, which are NaN or infinite exactly
     when some value is (``aminmax`` propagates NaN): one pass and one sync,
     measured on two CPU cores at 32 GiB/s for bfloat16 where counting runs
-    at 0.4. Only a tensor that fails it is counted.
+    at 0.4. Only a tensor that fails it is counted. 8-bit floats (an FP8
+    checkpoint's weights) have no ``aminmax``: their NaN codes are counted
+    from the bits.
     """
+    if tensor.dtype in FP8_NONFINITE_BITS:
+        mask, value = FP8_NONFINITE_BITS[tensor.dtype]
+        bits = tensor.detach().reshape(-1).view(torch.uint8)
+        return int(
+            sum(
+                (bits[start : start + FINITE_CHUNK] & mask).eq_(value).sum()
+                for start in range(0, bits.numel(), FINITE_CHUNK)
+            )
+        )
+    if tensor.dtype not in WIDE_FLOATS:
+        return 0  # another 8-bit or complex float: not a checkpoint weight here
     flat = tensor.detach().reshape(-1)
     chunks = [
         flat[start : start + FINITE_CHUNK]
@@ -184,6 +255,8 @@ def unlisted_target_tensor(config: Any) -> Callable[[str], str | None]:
                 "no parameter (q/k/v biases need attention_bias: true; no other "
                 "layer has one); vLLM would drop it without a word"
             )
+        if parts[-1] in QUANTISED_LEAVES:
+            return f"is a quantisation tensor: {NO_QUANTIZATION_CONFIG}"
         return None
 
     return why
@@ -294,12 +367,17 @@ class LoadPolicy:
 
     checkpoint: CheckpointFiles
     #: Unquantised: checkpoint names and shapes are those of the tables above.
+    #: Otherwise (quantised) only what every method keeps is checked.
     check: bool
     #: Every parameter must come from the next load.
     require_all: bool
     #: Only the first load must be whole: later calls (weight updates) may
     #: carry a subset of the tensors.
     first_load_only: bool = True
+
+    @property
+    def quantised(self) -> bool:
+        return not self.check
 
     @classmethod
     def from_config(cls, vllm_config: Any, model_config: Any) -> LoadPolicy:
@@ -314,7 +392,7 @@ class LoadPolicy:
             ),
             check=check,
             # Dummy weights are random; updates then bring any subset.
-            require_all=check and str(load_config.load_format).lower() != "dummy",
+            require_all=str(load_config.load_format).lower() != "dummy",
         )
 
 
@@ -354,32 +432,35 @@ class WeightCheck:
         #: Why a tensor missing from ``expected`` must not be passed on (or
         #: ``None``): for names vLLM's loaders would drop without a word.
         self.unlisted = unlisted
+        #: Listed tensors this load carried (after their checks).
         self.seen: set[str] = set()
-
-    @property
-    def enabled(self) -> bool:
-        return self.policy.check
+        #: Every tensor name this load carried (a quantised model's names).
+        self.streamed: set[str] = set()
 
     def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
         """Raise unless a listed tensor has its expected shape and dtype and
         comes once, or an unlisted one is of no concern; note it as seen."""
-        if not self.enabled:
-            return
+        quantised = self.policy.quantised
+        self.streamed.add(name)
         shown = shown or self.shown(name)
         expected = self.expected.get(name)
         if expected is None:
-            why = self.unlisted(name) if self.unlisted is not None else None
+            # A quantised checkpoint has names of its own (and GPTQ exports
+            # carry zero biases vLLM skips); only an unquantised one is judged.
+            why = None if quantised or self.unlisted is None else self.unlisted(name)
             if why is not None:
                 raise ValueError(self._tensor_error(shown, why))
             return
-        if not tensor.is_floating_point():
-            # A float parameter would take the integers' values as numbers.
+        if not tensor.is_floating_point() or tensor.dtype in FP8_NONFINITE_BITS:
+            if quantised:
+                return  # the method's own codes under the plain name (FP8, int8)
+            # A float parameter would take the codes' values as numbers,
+            # unscaled.
             raise ValueError(
                 self._tensor_error(
                     shown,
                     f"has dtype {tensor.dtype}; an unquantised checkpoint holds "
-                    "floating-point weights (a quantised one needs its "
-                    "quantization_config in config.json)",
+                    f"16- or 32-bit floating-point weights ({NO_QUANTIZATION_CONFIG})",
                 )
             )
         found = tuple(tensor.shape)
@@ -465,13 +546,96 @@ class WeightCheck:
                 lines.append(f"parameter {param!r} (its tensors were not loaded)")
         return lines
 
+    def missing_quantised(self, loaded: set[str]) -> list[str]:
+        """One line per tensor or parameter a quantised load lacks (the checks
+        every quantisation method keeps; see the module's docstring)."""
+        below: dict[str, set[str]] = {}  # module -> the names under it, relative
+        for name in self.streamed:
+            parts = name.split(".")
+            for cut in range(1, len(parts)):
+                below.setdefault(".".join(parts[:cut]), set()).add(
+                    ".".join(parts[cut:])
+                )
+        lines = []
+        fused: dict[str, list[str]] = {}  # parameter's module -> its shards' modules
+        reported: set[str] = set()  # parameters' modules a line above explains
+        for name, expected in self.expected.items():
+            module, _, leaf = name.rpartition(".")
+            mapped = self.mapper.map_name(name)
+            target = mapped.rpartition(".")[0] if mapped is not None else None
+            if leaf == "weight" and target is not None:
+                fused.setdefault(target, []).append(module)
+            if leaf == "bias" and name not in self.streamed:
+                lines.append(f"{self.shown(name)!r} of shape {expected.describe()}")
+            elif leaf != "bias" and module not in below:
+                lines.append(
+                    f"{self.shown(name)!r} of shape {expected.describe()} (no "
+                    f"tensor of {self.shown(module)!r}, quantised or not)"
+                )
+            else:
+                continue
+            if target is not None:
+                reported.add(target)
+        for target, modules in fused.items():
+            if len(modules) < 2:
+                continue
+            carried = {m: below.get(m, set()) for m in modules}
+            shared = set().union(*carried.values())
+            shared = {t for t in shared if t.rpartition(".")[2] not in UNSHARED_LEAVES}
+            for module in modules:
+                if module not in below:
+                    continue  # reported above, as a whole
+                for leaf in sorted(shared - carried[module]):
+                    reported.add(target)
+                    lines.append(
+                        f"{self.shown(f'{module}.{leaf}')!r}, which the other "
+                        f"tensors fused into {target!r} have"
+                    )
+        exempt = self.loaded_by_design()
+        for param, _ in self.model.named_parameters():
+            if (
+                param in loaded
+                or param in exempt
+                or param in self.not_from_checkpoint
+                or param.rpartition(".")[0] in reported
+            ):
+                continue
+            lines.append(f"parameter {param!r} (no checkpoint tensor was loaded)")
+        return lines
+
+    def loaded_by_design(self) -> set[str]:
+        """Parameters of a quantised model a checkpoint need not carry, as in
+        vLLM's own rule for quantised models: the attention layers' KV-cache
+        and query scales (1.0 when absent), parameters of online quantisation
+        (the weights are quantised while they load), empty placeholders and
+        parameters built from the quantisation config."""
+        exempt = set()
+        for module_name, module in self.model.named_modules():
+            method = getattr(module, "quant_method", None)
+            whole = isinstance(method, BaseKVCacheMethod) or getattr(
+                method, "uses_meta_device", False
+            )
+            for name, param in module.named_parameters(recurse=False):
+                if (
+                    whole
+                    or param.numel() == 0
+                    or name in CONFIG_BUILT_LEAVES
+                    or isinstance(module, Attention)
+                ):
+                    exempt.add(f"{module_name}.{name}" if module_name else name)
+        return exempt
+
     def nonfinite(self) -> list[str]:
         """One line per parameter of this rank holding NaN or infinity."""
         params = dict(self.model.named_parameters())
         sources = self._sources(params)
         lines = []
         for param, value in params.items():
-            if param in self.not_from_checkpoint or not value.is_floating_point():
+            if (
+                param in self.not_from_checkpoint
+                or not value.is_floating_point()
+                or value.is_meta
+            ):
                 continue
             bad = count_nonfinite(value)
             if bad:
@@ -485,11 +649,14 @@ class WeightCheck:
     def finish(self, loaded: set[str], header: str | None = None) -> None:
         """Raise if a parameter did not get all its tensors from this load,
         or holds NaN or infinity after it."""
-        if not (self.enabled and self.policy.require_all):
+        if not self.policy.require_all:
             return
         if self.policy.first_load_only:
             self.policy.require_all = False
-        lines = self.missing(loaded)
+        if self.policy.quantised:
+            lines = self.missing_quantised(loaded)
+        else:
+            lines = self.missing(loaded)
         if lines:
             header = header or (
                 f"{self.owner}: the checkpoint {self.policy.checkpoint.describe()} "
