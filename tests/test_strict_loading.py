@@ -445,6 +445,7 @@ def test_whole_checkpoint_loads_and_later_partial_loads_are_shape_checked(
 
 DRAFT_K = "draft_model.layers.0.self_attn.k_proj.weight"
 DRAFT_UP = "draft_model.layers.0.mlp.up_proj.weight"
+DRAFT_Q_BIAS = "draft_model.layers.0.self_attn.q_proj.bias"
 BROKEN_DRAFTS = {
     "k_proj-wrong-shape": (
         replace(DRAFT_K, lambda w: torch.cat([w, w])),
@@ -458,6 +459,11 @@ BROKEN_DRAFTS = {
     "up_proj-a-nan": (
         replace(DRAFT_UP, lambda w: w.index_fill(1, torch.tensor([0]), float("nan"))),
         ["NaN or infinite", f"'{DRAFT_UP}'", "gate_up_proj"],
+    ),
+    # The hint named the draft's layer types and heads, never the bias field.
+    "q_proj-bias-without-attention_bias": (
+        lambda t: t.update({DRAFT_Q_BIAS: torch.ones(N_HEADS * HEAD_DIM)}),
+        [f"'{DRAFT_Q_BIAS}'", "attention_bias: true"],
     ),
 }
 
