@@ -9,8 +9,7 @@
 #   llmcompressor==0.14.0.1, compressed-tensors==0.19.0, transformers==5.17.0,
 #   torch==2.13.0+cpu; every other package is pinned by
 #   tools/llmc-constraints.txt (a pip freeze of that environment).
-# ~2 min and ~1.5 GB on the project's CPU machines (torch comes from the
-# machine's local wheel folder). LLMC_VENV=path builds it elsewhere.
+# ~2 min and ~1.5 GB on the project's CPU machines. LLMC_VENV=path builds it elsewhere.
 # Safe to re-run; a finished environment is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +27,12 @@ fi
 if ! "$VENV/bin/python" -c 'import llmcompressor, compressed_tensors' >/dev/null 2>&1; then
   # CPU torch first, so that llm-compressor's torch requirement is already
   # met and pip does not fetch a CUDA build (and its GBs of nvidia wheels).
-  "${PIP[@]}" install -q "torch==${TORCH_VERSION}+cpu" || "${PIP[@]}" install -q "torch==${TORCH_VERSION}"
+  # PyPI has no +cpu build: where the machine's pip config does not find one,
+  # PyTorch's CPU index is added (TORCH_CPU_INDEX=url names another).
+  TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+  if ! "${PIP[@]}" install -q "torch==${TORCH_VERSION}+cpu" 2>/dev/null; then
+    "${PIP[@]}" install -q --extra-index-url "$TORCH_CPU_INDEX" "torch==${TORCH_VERSION}+cpu"
+  fi
   CONSTRAINTS=()
   if [ -f tools/llmc-constraints.txt ]; then
     CONSTRAINTS=(-c tools/llmc-constraints.txt)
