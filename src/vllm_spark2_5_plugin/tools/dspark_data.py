@@ -98,22 +98,21 @@ def check_length(
     with ``vllm`` continuations, when the ``max_model_len`` the vLLM child
     asks for (``VLLM_EXTRA_POSITIONS`` more) does."""
     limit = raw.get("max_position_embeddings")
-    if limit is None:
+    extra = VLLM_EXTRA_POSITIONS if continuations == "vllm" else 0
+    needed = prompt_len + gen_len + extra
+    if limit is None or needed <= limit:
         return
-    if prompt_len + gen_len > limit:
-        raise ValueError(
-            f"--prompt-len {prompt_len} + --gen-len {gen_len} = "
-            f"{prompt_len + gen_len} tokens exceed the model's "
-            f"max_position_embeddings {limit}; shorten them"
+    lengths = f"--prompt-len {prompt_len} + --gen-len {gen_len}"
+    if extra:
+        what = (
+            f"--continuations vllm: {lengths} + {extra} = {needed} positions "
+            "(the max_model_len vLLM is asked for)"
         )
-    if continuations == "vllm" and prompt_len + gen_len + VLLM_EXTRA_POSITIONS > limit:
-        raise ValueError(
-            f"--continuations vllm: --prompt-len {prompt_len} + --gen-len "
-            f"{gen_len} + {VLLM_EXTRA_POSITIONS} = "
-            f"{prompt_len + gen_len + VLLM_EXTRA_POSITIONS} positions (the "
-            "max_model_len vLLM is asked for) exceed the model's "
-            f"max_position_embeddings {limit}; shorten them"
-        )
+    else:
+        what = f"{lengths} = {needed} tokens"
+    raise ValueError(
+        f"{what} exceed the model's max_position_embeddings {limit}; shorten them"
+    )
 
 
 # -- prompts and the target's greedy continuations -------------------------------------
