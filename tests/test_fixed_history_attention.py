@@ -1096,6 +1096,19 @@ if not _IN_CHILD:
                 ValueError,
                 "v_scale must be finite",
             ),
+            # Finite and positive as Python floats, inf and 0 as the float32
+            # the kernel receives.
+            "v_scale_inf_in_float32": (
+                dict(v_scale=1e40),
+                ValueError,
+                r"v_scale must be finite and positive in float32 .* got 1e\+40, "
+                "which float32 holds as inf",
+            ),
+            "k_scale_zero_in_float32": (
+                dict(k_scale=1e-50),
+                ValueError,
+                "k_scale must be finite and positive in float32 .* holds as 0.0",
+            ),
             "k_fp8_v_half": (
                 dict(v_cache=v16, v_scale=None),
                 TypeError,
@@ -1197,6 +1210,104 @@ if not _IN_CHILD:
     def test_reference_refuses_bad_window_too():
         with pytest.raises(ValueError, match="positive int"):
             ops.fixed_history_attention_reference(**_good_args(sliding_window=0))
+
+    def _strided_copy(t):
+        """``t`` (1-D) with the same values two elements apart (stride 2), as
+        a column of a ``[n, 2]`` tensor is."""
+        strided = torch.stack([t, torch.full_like(t, 1)], 1)[:, 0]
+        assert strided.stride() == (2,) and torch.equal(strided, t)
+        return strided
+
+    @pytest.mark.parametrize("path", ["kernel", "reference"])
+    @pytest.mark.parametrize("name", ["context_lens", "query_start_loc"])
+    def test_strided_metadata_is_refused(name, path):
+        # The kernels load element r at pointer + r, so a strided view would
+        # hand them other elements (the audit's wrong outputs and reads past
+        # the block table). Refused by name, on both paths alike.
+        args = _good_args()
+        args[name] = _strided_copy(args[name])
+        with pytest.raises(ValueError, match=f"{name} must be contiguous .*stride 2"):
+            ops.fixed_history_attention(**args, reference=path == "reference")
+        # A one-element tensor is contiguous whatever its stride: it passes.
+        single = _good_args(
+            context_lens=_strided_copy(torch.tensor([5, 0], dtype=torch.int32))[:1],
+            query_start_loc=torch.tensor([0, 2], dtype=torch.int32),
+        )
+        assert single["context_lens"].stride() == (2,)
+        ops.fixed_history_attention_reference(**single)
+
+    def _scale_refusal_cases():
+        return {
+            "none": (None, TypeError, "scale must be a real number .*NoneType None"),
+            "str": ("0.1", TypeError, "scale must be a real number .*str '0.1'"),
+            "bool": (True, TypeError, "scale must be a real number .*bool"),
+            "tensor": (
+                torch.tensor([0.1, 0.2]),
+                TypeError,
+                r"scale must be a real number, got a tensor of shape \(2,\)",
+            ),
+            "nan": (float("nan"), ValueError, "scale must be finite, got nan"),
+            "inf": (float("-inf"), ValueError, "scale must be finite, got -inf"),
+            "inf_in_float32": (
+                1e40,
+                ValueError,
+                r"scale must fit in float32 .*got 1e\+40, which float32 "
+                "holds as inf",
+            ),
+            "zero_in_float32": (
+                -1e-50,
+                ValueError,
+                "scale must fit in float32 .*which float32 holds as -0.0",
+            ),
+        }
+
+    @pytest.mark.parametrize("path", ["kernel", "reference"])
+    @pytest.mark.parametrize("case", sorted(_scale_refusal_cases()))
+    def test_scale_refusals(case, path):
+        # One shared check: the kernel and the reference refuse the same
+        # scales, naming the argument (before this, None and "0.1" met a bare
+        # float() or a tensor product, and NaN passed the reference).
+        scale, exc, pattern = _scale_refusal_cases()[case]
+        with pytest.raises(exc, match=pattern):
+            ops.fixed_history_attention(
+                **_good_args(scale=scale), reference=path == "reference"
+            )
+
+    def test_reference_takes_any_real_scale():
+        # Any real number is a scale, converted with float() (an int, a
+        # Fraction), and 0 is one too (uniform weights, exact in float32).
+        for scale, same in ((fractions.Fraction(1, 2), 0.5), (1, 1.0), (0, 0.0)):
+            got = ops.fixed_history_attention_reference(**_good_args(scale=scale))
+            want = ops.fixed_history_attention_reference(**_good_args(scale=same))
+            assert torch.equal(got, want), scale
+
+    def test_reference_names_a_negative_context_len():
+        ctx = torch.tensor([-3, 2], dtype=torch.int32)
+        with pytest.raises(ValueError, match=r"context_lens\[0\] = -3 is negative"):
+            ops.fixed_history_attention_reference(**_good_args(context_lens=ctx))
+
+    def test_reference_checks_the_page_ids_a_request_reads():
+        # Request 0 (L = 12, B = 3, W = 4, pages of 4) reads keys 8..14, in
+        # its pages 2 and 3. Entries it never reads (pages 0 and 1, outside
+        # the window, and a padding column) may hold anything, -1 included.
+        q, k, v, bt, ctx, qsl = _cpu_inputs(Case([12], [3], 4, 2, 1, 8, 4), 0)
+        want = ops.fixed_history_attention_reference(q, k, v, bt, ctx, qsl, 4, 0.5)
+        padded = torch.cat([bt, torch.full_like(bt[:, :1], -1)], 1)
+        padded[0, :2] = -1
+        got = ops.fixed_history_attention_reference(q, k, v, padded, ctx, qsl, 4, 0.5)
+        assert torch.equal(got, want)
+        # A bad id in a page it reads: -1 used to read the last cache block
+        # (negative indexing), a too-large one failed with a bare IndexError.
+        num_blocks = k.shape[0]
+        for j, page, keys in ((2, -1, "8..11"), (3, num_blocks, "12..14")):
+            bad = padded.clone()
+            bad[0, j] = page
+            pattern = (
+                rf"block_table\[0, {j}\] = {page} is not a page id of the cache "
+                rf"\(0..{num_blocks - 1}\): request 0 reads its keys {keys}"
+            )
+            with pytest.raises(ValueError, match=pattern):
+                ops.fixed_history_attention_reference(q, k, v, bad, ctx, qsl, 4, 0.5)
 
     def test_persistent_plan_refuses_several_splits():
         with pytest.raises(ValueError, match="needs num_splits == 1"):

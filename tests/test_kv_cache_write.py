@@ -198,6 +198,33 @@ if _IN_CHILD:
         v_pages.write_kv_cache_reference(key, value, k1, v1, slots, **kw)
         assert _same_bytes(k1, k2) and _same_bytes(v1, v2)
 
+    @pytest.mark.parametrize("scale", ["float", "tensor"])
+    def test_interp_nan_keys_stay_nan(scale):
+        # NaN in the keys and values is stored as e4m3 NaN (0x7F), as the
+        # reference's torch.clamp keeps it; tl.clamp's default turned it into
+        # -448 (0xFE), a finite value hiding the fault upstream. +-inf still
+        # saturates to +-448.
+        row = [float("nan"), float("inf"), -float("inf"), 500.0, -1.0]
+        key = torch.zeros(3, 2, 32, dtype=torch.float16)
+        key[:, :, :5] = torch.tensor(row, dtype=torch.float16)
+        value = key.flip(1)
+        slots = torch.tensor([5, 0, 9])
+        scales = {"k_scale": 1.0, "v_scale": 2.0}
+        if scale == "tensor":
+            scales = {n: torch.tensor(x) for n, x in scales.items()}
+        k1, v1 = _caches(8, 3, 4, 2, 32, FP8)
+        k2, v2 = _caches(8, 3, 4, 2, 32, FP8)
+        write_kv_cache(key, value, k1, v1, slots, **scales)
+        v_pages.write_kv_cache_reference(key, value, k2, v2, slots, **scales)
+        assert k1[1, 1, 0, :5].view(torch.uint8).tolist() == [
+            0x7F,
+            0x7E,
+            0xFE,
+            0x7E,
+            0xB8,
+        ]
+        assert _same_bytes(k1, k2) and _same_bytes(v1, v2)
+
     @pytest.mark.parametrize("num_tokens", [0, 6])
     def test_interp_padding_slots_write_nothing(num_tokens):
         key, value, slots, (k1, v1), (k2, v2), kw = _case(
@@ -335,6 +362,13 @@ if not _IN_CHILD:
             _bad(slot_mapping=lambda s: s[None]),
             TypeError,
             "slot_mapping must be a 1-D",
+        ),
+        # The same slots two elements apart: the kernel, loading slot t at
+        # slot_mapping_ptr + t, wrote rows into other tokens' slots.
+        "slots_strided": (
+            _bad(slot_mapping=lambda s: torch.stack([s, s], 1)[:, 0]),
+            ValueError,
+            r"slot_mapping must be contiguous \(stride 1\), got stride 2",
         ),
         "key_too_few_rows": (_bad(key=lambda t: t[:3]), ValueError, "key must be"),
         "value_bad_shape": (_bad(value=lambda t: t[:, :200]), ValueError, "value must"),

@@ -11,7 +11,6 @@ in ``docs/kernel.md``.
 from __future__ import annotations
 
 import functools
-import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,6 +19,7 @@ from vllm_spark2_5_plugin.ops.fixed_history_checks import (
     PagedKV,
     check_kv_dtypes,
     check_metadata,
+    check_scale,
     check_tensors,
     check_window,
     interpreting,
@@ -35,9 +35,8 @@ if TYPE_CHECKING:
     from vllm_spark2_5_plugin.ops.fixed_history_launch import LaunchPlan
 
 
-def _check_kernel_inputs(q, k_cache, v_cache, scale, fp8: bool) -> float:
-    """What the kernel needs beyond the reference's checks; returns ``scale``
-    as a float."""
+def _check_kernel_inputs(q, k_cache, v_cache, fp8: bool) -> None:
+    """What the kernel needs beyond the reference's checks."""
     reason = unsupported_dtype_reason(str(q.dtype))
     if reason is not None:
         raise TypeError(
@@ -74,10 +73,6 @@ def _check_kernel_inputs(q, k_cache, v_cache, scale, fp8: bool) -> float:
             "on CPU set TRITON_INTERPRET=1 before importing this module, or use "
             "fixed_history_attention_reference"
         )
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return scale
 
 
 def fixed_history_attention(
@@ -108,15 +103,18 @@ def fixed_history_attention(
             one is 1 (vLLM's ``kv_cache.transpose(1, 2).split(D, -1)`` views
             qualify).
         block_table: ``[>= R, max_blocks]`` int32 page ids per request.
-        context_lens: ``[R]`` int32, ``L_r`` (context tokens before the block).
-        query_start_loc: ``[R + 1]`` int32; request ``r`` owns query rows
-            ``query_start_loc[r] .. query_start_loc[r+1]-1`` (``B_r`` rows),
-            whose K/V are already in the cache at positions
+        context_lens: ``[R]`` int32, contiguous, ``L_r`` (context tokens
+            before the block).
+        query_start_loc: ``[R + 1]`` int32, contiguous; request ``r`` owns
+            query rows ``query_start_loc[r] .. query_start_loc[r+1]-1``
+            (``B_r`` rows), whose K/V are already in the cache at positions
             ``L_r .. L_r + B_r - 1``.
         sliding_window: ``W > 0``: every query of request ``r`` sees positions
             ``max(0, L_r - W) .. L_r + B_r - 1``. ``None``: full attention,
             positions ``0 .. L_r + B_r - 1``. Zero/negative values are refused.
-        scale: softmax scale applied to ``q . k``.
+        scale: softmax scale applied to ``q . k``: a real number (not a
+            tensor), finite, that fits in float32 (no overflow to inf, no
+            nonzero value rounded to 0).
         out: optional ``[T, nH, D]`` output with ``q``'s dtype and device.
         plan: the launch configuration; ``None`` (the default) uses the one
             :func:`plan_launch` picks for these shapes and this device.
@@ -144,18 +142,24 @@ def fixed_history_attention(
         ``out`` (allocated when not given). Rows owned by no request are left
         untouched.
 
-    Not checked (that would need a device-to-host sync): that
+    Not checked by the kernel (that would need a device-to-host sync): that
     ``query_start_loc`` is non-decreasing with ``query_start_loc[R] <= T``,
-    that ``L_r + B_r <= max_blocks * block_size`` with valid page ids in the
-    table, and that scale tensors hold a finite positive value.
+    that ``0 <= L_r`` and ``L_r + B_r <= max_blocks * block_size`` with valid
+    page ids in the table, and that scale tensors hold a finite positive
+    value. The reference, which reads the metadata on the host anyway,
+    refuses a negative ``L_r``, keys past the block table and page ids
+    outside the cache among the pages a request reads.
     GQA: query head ``h`` uses KV head ``h // (nH // nKV)``.
     """
     check_tensors(q, k_cache, v_cache, out)
     scales = check_kv_dtypes(q, k_cache, v_cache, k_scale, v_scale)
     window = check_window(sliding_window)
+    # Checked for both paths alike, so the reference refuses what the kernel
+    # refuses (None, a string, NaN, a float that float32 cannot hold).
+    scale = check_scale(scale)
     check_metadata(q, block_table, context_lens, query_start_loc)
     if not reference:
-        scale = _check_kernel_inputs(q, k_cache, v_cache, scale, scales is not None)
+        _check_kernel_inputs(q, k_cache, v_cache, scales is not None)
     if out is None:
         out = torch.empty_like(q)
     if v_pages_transposed:

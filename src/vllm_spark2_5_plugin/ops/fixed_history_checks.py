@@ -82,7 +82,61 @@ def check_metadata(q, block_table, context_lens, query_start_loc) -> int:
             f"block_table must have unit stride on its last dim, got strides "
             f"{tuple(block_table.stride())}; pass block_table.contiguous()"
         )
+    # The kernels load element r at ``pointer + r``: a strided view (a column
+    # of an [R, 2] tensor, say) would hand them other elements. Refused rather
+    # than copied, since a copy made here would be captured into a CUDA graph
+    # and replays would read the captured copy, not the caller's tensor. A
+    # tensor of at most one element is contiguous whatever its stride says.
+    for name, t in (
+        ("context_lens", context_lens),
+        ("query_start_loc", query_start_loc),
+    ):
+        if not t.is_contiguous():
+            raise ValueError(
+                f"{name} must be contiguous (stride 1), got stride {t.stride(0)}; "
+                f"pass {name}.contiguous(), made before any CUDA-graph capture "
+                "and updated in place for replays"
+            )
     return num_reqs
+
+
+def _as_float32(value: float) -> float:
+    """``value`` rounded to float32, the precision the kernels use it in
+    (out of float32's range: +-inf)."""
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
+def check_scale(scale) -> float:
+    """The softmax scale: a real number (``bool`` is not taken for one), not a
+    tensor, whose float32 value is finite, and not 0 unless ``scale`` is 0;
+    returned as a float.
+
+    The kernel and the reference share this check, so they accept the same
+    values: the kernel computes with the scale in float32, where a finite
+    Python float such as 1e40 becomes inf and 1e-50 becomes 0.
+    """
+    if isinstance(scale, torch.Tensor):
+        # Reading a device tensor's value would sync with the host inside a
+        # call that CUDA graphs capture.
+        raise TypeError(
+            f"scale must be a real number, got a tensor of shape "
+            f"{tuple(scale.shape)}; pass the softmax scale as a Python float"
+        )
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(
+            "scale must be a real number (the softmax scale of q . k, usually "
+            f"head_dim ** -0.5), got {type(scale).__name__} {scale!r}"
+        )
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be finite, got {value}")
+    in_float32 = _as_float32(value)
+    if not math.isfinite(in_float32) or (in_float32 == 0 and value != 0):
+        raise ValueError(
+            f"scale must fit in float32 (the precision the kernel uses), got "
+            f"{value}, which float32 holds as {in_float32}"
+        )
+    return value
 
 
 def check_tensors(q, k_cache, v_cache, out) -> None:
@@ -202,6 +256,14 @@ def _check_scale(name, s, device):
     value = float(s)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be finite and positive, got {value}")
+    # The kernel receives the value as a float32 argument: a float beyond
+    # float32's range would become inf, one below it 0.
+    in_float32 = _as_float32(value)
+    if not (math.isfinite(in_float32) and in_float32 > 0):
+        raise ValueError(
+            f"{name} must be finite and positive in float32 (the precision the "
+            f"kernel uses), got {value}, which float32 holds as {in_float32}"
+        )
     return value
 
 

@@ -30,11 +30,16 @@ MAX_TILE = 2048
 @triton.jit
 def _to_e4m3(x, scale, IN_MEMORY: tl.constexpr):
     """``x / scale`` (IEEE division) clamped to +-448 and rounded to e4m3;
-    ``scale`` is an fp32 pointer (read at each launch) or a value."""
+    ``scale`` is an fp32 pointer (read at each launch) or a value. NaN stays
+    NaN, as in the reference's ``torch.clamp``."""
     if IN_MEMORY:
         scale = tl.load(scale)
     x = tl.math.div_rn(x.to(tl.float32), scale)
-    return tl.clamp(x, -E4M3_MAX, E4M3_MAX).to(tl.float8e4nv)
+    # tl.clamp's default (PropagateNan.NONE) is a max/min pair that returns
+    # the bound for NaN: a NaN key (or 0 / 0 with a zero scale tensor) would
+    # be stored as a finite -448 and hide the fault upstream.
+    x = tl.clamp(x, -E4M3_MAX, E4M3_MAX, propagate_nan=tl.PropagateNan.ALL)
+    return x.to(tl.float8e4nv)
 
 
 @triton.jit

@@ -159,6 +159,16 @@ def check_kv_write(
             "slot_mapping must be a 1-D int64 tensor, got dtype "
             f"{slot_mapping.dtype} and shape {tuple(slot_mapping.shape)}"
         )
+    # The kernel loads token t's slot at ``slot_mapping_ptr + t``: a strided
+    # view would send rows to other tokens' slots. Refused rather than copied,
+    # since a copy would be captured into a CUDA graph and replays would read
+    # it instead of the caller's tensor; the reference refuses alike.
+    if not slot_mapping.is_contiguous():
+        raise ValueError(
+            f"slot_mapping must be contiguous (stride 1), got stride "
+            f"{slot_mapping.stride(0)}; pass slot_mapping.contiguous(), made "
+            "before any CUDA-graph capture and updated in place for replays"
+        )
     num_tokens = slot_mapping.shape[0]
     num_kv_heads, head_dim = k_cache.shape[2:]
     rows = []
