@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The main job: write a tiny Spark2_5 checkpoint and generate with real vLLM.
 
-    python -m vllm_spark2_5_plugin.tools.demo [--model DIR] [--prompt TEXT] [--max-tokens N]
+    python -m vllm_spark2_5_plugin.tools.demo [--model DIR] [--prompt TEXT]
+        [--max-tokens N]
 
 Without ``--model`` a tiny random checkpoint is written to a temporary
 directory first, so the output text is gibberish; what the demo shows is that
