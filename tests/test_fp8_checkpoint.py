@@ -517,3 +517,176 @@ def test_the_tool_never_writes_over_its_input(tmp_path, capsys):
     check_directories(src, tmp_path / "new")  # a new directory is fine
     (tmp_path / "empty").mkdir()
     check_directories(src, tmp_path / "empty")
+
+
+# -- a source the tool cannot quantize faithfully ------------------------------------
+
+
+def _edit_tensors(path: Path, edit) -> None:
+    """Rewrite ``path``'s single ``model.safetensors`` with ``edit`` applied
+    to its tensors (a dict it changes in place)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _shard(path: Path, index_text: str | None = None, drop_second=False) -> None:
+    """Split ``path``'s weights into two shards and an index (its text
+    replaced by ``index_text`` if given); ``drop_second`` deletes shard 2."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path / "model.safetensors"))
+    (path / "model.safetensors").unlink()
+    names = sorted(tensors)
+    files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    halves = (names[: len(names) // 2], names[len(names) // 2 :])
+    weight_map = {}
+    for file, half in zip(files, halves, strict=True):
+        save_file({n: tensors[n] for n in half}, str(path / file))
+        weight_map |= dict.fromkeys(half, file)
+    index = json.dumps({"metadata": {}, "weight_map": weight_map})
+    (path / "model.safetensors.index.json").write_text(index_text or index)
+    if drop_second:
+        (path / files[1]).unlink()
+
+
+def _drop(*names: str):
+    return lambda p: _edit_tensors(p, lambda t: [t.pop(n) for n in names])
+
+
+def _resize(name: str, *shape: int):
+    return lambda p: _edit_tensors(p, lambda t: t.update({name: torch.ones(shape)}))
+
+
+def _set_config(**fields):
+    def edit(path: Path) -> None:
+        raw = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**raw, **fields}))
+
+    return edit
+
+
+SOURCE_REFUSALS = {
+    "no-norm": (
+        _drop("model.norm.weight"),
+        "lacks the tensor model.norm.weight ((64,) = (hidden_size)) that vLLM reads",
+    ),
+    "no-k-proj": (
+        _drop("model.layers.2.self_attn.k_proj.weight"),
+        "lacks the tensor model.layers.2.self_attn.k_proj.weight ((64, 64) = "
+        "(num_key_value_heads*head_dim, hidden_size))",
+    ),
+    "no-lm-head": (
+        _drop("lm_head.weight"),
+        "lacks the tensor lm_head.weight ((512, 64) = (vocab_size, hidden_size)) "
+        "that vLLM reads; if the LM head is the input embedding, set "
+        "tie_word_embeddings: true",
+    ),
+    "two-missing": (
+        _drop("model.norm.weight", "model.layers.0.input_layernorm.weight"),
+        "(2 tensors missing)",
+    ),
+    "norm-shape": (
+        _resize("model.norm.weight", 65),
+        "model.norm.weight in {src}/model.safetensors has shape (65,), but "
+        "config.json gives (64,) = (hidden_size)",
+    ),
+    "draft-missing": (
+        _drop(f"{DRAFT_PREFIX}layers.1.mlp.up_proj.weight"),
+        f"lacks the tensor {DRAFT_PREFIX}layers.1.mlp.up_proj.weight ((128, 64) = "
+        "(intermediate_size, hidden_size))",
+    ),
+    "draft-shape": (
+        _resize(f"{DRAFT_PREFIX}markov_head.markov_w1.weight", 512, 4),
+        f"{DRAFT_PREFIX}markov_head.markov_w1.weight in {{src}}/model.safetensors "
+        "has shape (512, 4), but config.json gives (512, 8) = (vocab_size, "
+        "dspark_markov_rank)",
+    ),
+    "draft-config": (
+        _set_config(dspark_target_layer_ids=[9]),
+        "{src}/config.json: dspark_target_layer_ids",
+    ),
+    "config-field": (
+        _set_config(num_attention_heads=3),
+        "{src}/config.json: num_attention_heads (3) must be divisible by "
+        "num_key_value_heads (2)",
+    ),
+    "index-missing-shard": (
+        lambda p: _shard(p, drop_second=True),
+        "{src}/model.safetensors.index.json names the weight file "
+        "model-00002-of-00002.safetensors, which {src} lacks",
+    ),
+    "index-not-json": (
+        lambda p: _shard(p, index_text="{"),
+        "{src}/model.safetensors.index.json is not valid JSON",
+    ),
+    "index-no-map": (
+        lambda p: _shard(p, index_text='{"metadata": {}}'),
+        "{src}/model.safetensors.index.json has no weight_map",
+    ),
+    "truncated": (
+        lambda p: (p / "model.safetensors").write_bytes(b"\x10\x00"),
+        "{src}/model.safetensors is not a readable safetensors file",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def draft_source(tmp_path_factory) -> Path:
+    """A complete source with a DSpark draft (as ``pair``'s), to be broken."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(
+        tmp_path_factory.mktemp("fp8-sources") / "src",
+        dspark={"dspark_layer_types": DRAFT_LAYER_TYPES},
+        dspark_prefix=DRAFT_PREFIX,
+    )
+
+
+def _broken(draft_source: Path, tmp_path: Path, case: str) -> tuple[Path, str]:
+    edit, message = SOURCE_REFUSALS[case]
+    src = tmp_path / "src"
+    shutil.copytree(draft_source, src)
+    edit(src)
+    return src, message.replace("{src}", str(src))
+
+
+@pytest.mark.parametrize("case", sorted(SOURCE_REFUSALS))
+def test_the_tool_refuses_an_incomplete_or_misshapen_source_before_any_work(
+    draft_source, tmp_path, capsys, case
+):
+    """Each used to end in a traceback from inside the run (a shard the index
+    names, a malformed index), or, for a missing or misshapen tensor, to be
+    quantized into an FP8 checkpoint that vLLM served with NaN or garbage."""
+    from vllm_spark2_5_plugin.tools.quantize_fp8 import main
+
+    src, message = _broken(draft_source, tmp_path, case)
+    with pytest.raises(SystemExit):
+        main([str(src), str(tmp_path / "out")])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_source_check_runs_in_llm_compressors_environment(
+    llmc_python, draft_source, tmp_path
+):
+    """The tool runs without vLLM; the table of tensors it checks against is
+    the one vLLM's loader checks (models/checkpoint_tables.py), which must
+    import no vLLM."""
+    src, message = _broken(draft_source, tmp_path, "draft-missing")
+    run = subprocess.run(
+        [str(llmc_python), "-m", "vllm_spark2_5_plugin.tools.quantize_fp8"]
+        + [str(src), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr.strip().splitlines()[-1], run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()

@@ -54,12 +54,11 @@ from vllm.sequence import IntermediateTensors
 from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.configs.kv_cache_window import SAME_WINDOW, KVCacheWindow
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.models.checkpoint_tables import TARGET_HINTS, target_tensors
 from vllm_spark2_5_plugin.models.weight_checks import (
-    TARGET_HINTS,
     LoadPolicy,
     WeightCheck,
     target_parameters_not_from_checkpoint,
-    target_tensors,
     unlisted_target_tensor,
 )
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING

@@ -53,6 +53,7 @@ from vllm_spark2_5_plugin.configs.kv_cache_window import (
     choose_draft_kv_cache_window,
 )
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+from vllm_spark2_5_plugin.models.checkpoint_tables import draft_tensors
 from vllm_spark2_5_plugin.models.dspark_layers import (
     DSparkConfidenceHead,
     Spark2_5DSparkDecoderLayer,
@@ -66,7 +67,6 @@ from vllm_spark2_5_plugin.models.weight_checks import (
     CheckpointFiles,
     LoadPolicy,
     WeightCheck,
-    draft_tensors,
 )
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME, SLIDING
 

@@ -202,23 +202,140 @@ def build_model(config_dict: dict[str, Any], tensors: dict[str, Any], src: Path)
 # ---------------------------------------------------------------------------
 
 
+def weight_files(src: Path) -> list[Path]:
+    """The safetensors files of checkpoint ``src``: those its index names, or
+    its single ``model.safetensors``. ``ValueError`` naming the file when the
+    index is not valid JSON, has no weight map, or names a file ``src`` lacks
+    (it used to end in a ``FileNotFoundError`` or ``JSONDecodeError``
+    traceback from the middle of the run)."""
+    index = src / INDEX_FILES[0]
+    if not index.is_file():
+        return [src / WEIGHTS_FILE]
+    try:
+        data = json.loads(index.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{index} is not valid JSON ({exc}); rewrite it or remove it (the "
+            f"tool then reads {WEIGHTS_FILE})"
+        ) from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(file, str) for file in weight_map.values()
+    ):
+        raise ValueError(
+            f"{index} has no weight_map of tensor name -> file name; rewrite it "
+            f"or remove it (the tool then reads {WEIGHTS_FILE})"
+        )
+    files = [src / name for name in sorted(set(weight_map.values()))]
+    for file in files:
+        if not file.is_file():
+            raise ValueError(
+                f"{index} names the weight file {file.name}, which {src} lacks; "
+                "restore the file or give a complete checkpoint"
+            )
+    return files
+
+
 def _read_checkpoint(src: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    index = src / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = [WEIGHTS_FILE]
     tensors: dict[str, Any] = {}
-    for file in files:
-        tensors.update(load_file(str(src / file)))
+    for file in weight_files(src):
+        tensors.update(load_file(str(file)))
     return tensors
+
+
+def check_source(src: Path, raw: dict[str, Any]) -> None:
+    """``ValueError`` (one line, naming the field, file or tensor) unless the
+    weights of ``src`` are every tensor vLLM will read from the checkpoint,
+    in the shape its config.json (``raw``) gives: the target's, and where
+    the checkpoint carries a DSpark draft (tensors under a draft prefix,
+    :func:`is_draft`) and config.json the ``dspark_*`` fields, the draft's.
+
+    Read from the files' headers only, before any work: a source without,
+    say, ``model.norm.weight`` used to be quantized into an FP8 checkpoint
+    that vLLM served with a norm of ones and no error.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    from vllm_spark2_5_plugin.configs.dspark import (
+        DSPARK_REQUIRED,
+        read_dspark_settings,
+    )
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.models.checkpoint_tables import (
+        TARGET_HINTS,
+        draft_tensors,
+        target_tensors,
+    )
+    from vllm_spark2_5_plugin.names import DSPARK_ALIASES
+
+    config_file = src / "config.json"
+    try:
+        config = Spark2_5Config.from_dict(raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{config_file}: {exc}") from None
+    shapes: dict[str, tuple[int, ...]] = {}
+    where: dict[str, Path] = {}
+    for file in weight_files(src):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    shapes[name] = tuple(f.get_slice(name).get_shape())
+                    where[name] = file
+        except (OSError, SafetensorError) as exc:
+            raise ValueError(
+                f"{file} is not a readable safetensors file ({exc}); restore it"
+            ) from None
+    expected = target_tensors(config)
+
+    # The draft: checked against its table only where config.json describes
+    # one (without the dspark_* fields the draft's tensors are only copied).
+    prefixes = sorted(
+        {p for n in shapes for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)}
+    )
+    described = any(
+        raw.get(field) is not None
+        for field in (*DSPARK_REQUIRED, *(DSPARK_ALIASES[f] for f in DSPARK_REQUIRED))
+    )
+    if prefixes and described:
+        if len(prefixes) > 1:
+            raise ValueError(
+                f"{src} has draft tensors under several prefixes {prefixes}; vLLM "
+                "reads one: keep the draft under one of them"
+            )
+        try:
+            settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
+        except ValueError as exc:
+            raise ValueError(f"{config_file}: {exc}") from None
+        # The table names the draft's tensors model.<name>; the checkpoint
+        # holds them under its prefix.
+        for name, want in draft_tensors(config, settings).items():
+            expected[prefixes[0] + name.removeprefix("model.")] = want
+
+    missing = [name for name in expected if name not in shapes]
+    if missing:
+        name = missing[0]
+        hint = TARGET_HINTS.get(name)
+        raise ValueError(
+            f"{src} lacks the tensor {name} ({expected[name].describe()}) that "
+            "vLLM reads"
+            + (f" ({len(missing)} tensors missing)" if len(missing) > 1 else "")
+            + f"; {hint or 'quantize a complete Spark2_5 checkpoint'}"
+        )
+    for name, want in expected.items():
+        if shapes[name] != want.shape:
+            raise ValueError(
+                f"{name} in {where[name]} has shape {shapes[name]}, but "
+                f"config.json gives {want.describe()}: the checkpoint and "
+                "config.json disagree; fix whichever is wrong"
+            )
 
 
 def check_directories(src: Path, dst: Path) -> None:
     """``ValueError`` unless ``src`` is an unquantized Spark2_5 checkpoint
-    directory with its weights and ``dst`` is a new or empty directory
+    directory with its weights, complete and of the shapes its config.json
+    gives (:func:`check_source`), and ``dst`` is a new or empty directory
     elsewhere, neither inside the other (the output never replaces a file)."""
     from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
 
@@ -248,6 +365,9 @@ def check_directories(src: Path, dst: Path) -> None:
         )
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ValueError(f"{dst} exists and is not an empty directory")
+    # Last, as it reads every weight file's header: the source has each
+    # tensor the quantized checkpoint must carry, in its shape.
+    check_source(src, raw)
 
 
 def quantize(src: str | Path, dst: str | Path, scheme: str = "FP8_DYNAMIC") -> dict:
