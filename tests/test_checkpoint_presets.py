@@ -167,6 +167,41 @@ def test_in_tree_copies_have_the_architectures_tensors(mini: Path):
     ).read_text()
 
 
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [
+        ({"rope_theta": 500_000.0}, {"rope_type": "default", "rope_theta": 500_000.0}),
+        (
+            {
+                "rope_theta": 500_000.0,
+                "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+            },
+            {"rope_type": "linear", "factor": 2.0, "rope_theta": 500_000.0},
+        ),
+    ],
+    ids=["rope_theta", "rope_scaling"],
+)
+def test_in_tree_copies_keep_a_legacy_rope(tmp_path: Path, given, want):
+    """config.json's legacy top-level rope_theta / rope_scaling (no
+    rope_parameters) apply to both layer types; the copies used to be
+    written with the default thetas (1e4 / 1e6): another model."""
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    src = make_tiny_checkpoint(tmp_path / "spark")
+    raw = json.loads((src / "config.json").read_text())
+    raw.pop("rope_parameters")
+    (src / "config.json").write_text(json.dumps({**raw, **given}))
+    served = Spark2_5Config.from_pretrained(src).rope_parameters
+    assert served == {SLIDING: want, FULL: want}
+    llama = write_in_tree(src, tmp_path / "llama", "llama")
+    gemma = write_in_tree(src, tmp_path / "gemma3", "gemma3")
+    llama_rope = json.loads((llama / "config.json").read_text())["rope_parameters"]
+    gemma_rope = json.loads((gemma / "config.json").read_text())["rope_parameters"]
+    assert llama_rope == served[SLIDING]
+    assert gemma_rope == served
+
+
 def test_command_line_preset_through_the_tiny_makers_command(tmp_path: Path):
     from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
 
@@ -184,11 +219,13 @@ def test_makers_never_replace_a_directory_unasked(tmp_path: Path, capsys, preset
 
     target = tmp_path / "real-model"
     target.mkdir()
+    (target / "config.json").write_text('{"model_type": "llama"}')
     (target / "model.safetensors").write_bytes(b"the real weights")
     with pytest.raises(SystemExit):
         main([str(target), *preset])
     assert "is not empty; pass --overwrite" in capsys.readouterr().err
     assert (target / "model.safetensors").read_bytes() == b"the real weights"
+    # A checkpoint (it holds a config.json) is replaced when asked.
     main([str(target), *preset, "--overwrite", "--dtype", "float32"])
     assert json.loads((target / "config.json").read_text())["model_type"] == "spark2_5"
 
@@ -262,10 +299,12 @@ def test_bad_fields_are_refused_before_overwrite_empties_the_path(
 
     out = tmp_path / "out"
     out.mkdir()
+    # An earlier checkpoint, which --overwrite may replace once all is checked.
+    (out / "config.json").write_text("{}")
     (out / "keep.txt").write_text("mine")
     argv = [str(out), "--preset", "mini", "--dtype", "float32", "--overwrite"]
     assert named in _refused(capsys, main, [*argv, *given])
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "keep.txt"]
 
 
 def test_set_overrides_give_a_checkpoint_the_plugin_reads(tmp_path: Path):

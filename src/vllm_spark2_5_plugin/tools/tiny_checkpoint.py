@@ -314,10 +314,12 @@ def add_checkpoint_arguments(
     parser: argparse.ArgumentParser, default_dtype: str
 ) -> None:
     """The options every checkpoint maker shares: where, seed, dtype, prefix,
-    and ``--overwrite`` (see :func:`refuse_non_empty`)."""
+    and ``--overwrite`` (see :func:`refuse_non_empty`, :func:`empty_dir`)."""
     parser.add_argument("path", help="directory to write the checkpoint to")
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace a non-empty PATH"
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint at PATH (a directory that holds a config.json)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -331,35 +333,110 @@ def add_checkpoint_arguments(
     )
 
 
+#: The file that marks a directory as a checkpoint: every checkpoint these
+#: tools write, and every Hugging Face export, has one. ``--overwrite`` only
+#: ever empties a directory that holds it.
+CHECKPOINT_MARKER = "config.json"
+#: Entries of a refused directory named in the message.
+LISTED_ENTRIES = 5
+
+
+def overwrite_problem(path: Path) -> str | None:
+    """Why ``--overwrite`` must not empty the existing, non-empty directory
+    ``path``, or ``None``.
+
+    The flag exists to replace an earlier checkpoint, so it is held to that:
+    the directory must hold a ``config.json`` (a typo'd or mistaken path to a
+    directory of one's own files is refused, not emptied), and it must not
+    be the working directory or one of its parents (``PATH=.`` or ``..``
+    would otherwise empty the directory the command runs in, or a tree above
+    it), compared after resolving links and ``..``.
+    """
+    resolved = path.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        return (
+            f"{path} is the working directory ({cwd}) or one of its parents; "
+            "--overwrite never empties it: pick an empty or new directory"
+        )
+    if not (path / CHECKPOINT_MARKER).is_file():
+        names = sorted(entry.name for entry in path.iterdir())
+        held = ", ".join(names[:LISTED_ENTRIES])
+        if len(names) > LISTED_ENTRIES:
+            held += f", ... ({len(names)} entries)"
+        return (
+            f"{path} holds {held} but no {CHECKPOINT_MARKER}, so it is not a "
+            "checkpoint; --overwrite only replaces a checkpoint directory: pick "
+            "an empty or new directory"
+        )
+    return None
+
+
+def empty_dir(path: Path) -> None:
+    """Delete every entry of the directory ``path`` that
+    :func:`overwrite_problem` allows to be replaced (``FileExistsError`` with
+    its reason otherwise); ``path`` itself stays.
+
+    The entries are deleted rather than the directory: it is never
+    recreated, so nothing can leave the path missing (``shutil.rmtree(".")``
+    followed by ``mkdir(".")`` did, deleting everything and writing
+    nothing), and the directory keeps its permissions and any link that
+    points at it. Every check is made before the first entry goes.
+    """
+    problem = overwrite_problem(path)
+    if problem is not None:
+        raise FileExistsError(problem)
+    for entry in list(path.iterdir()):
+        # A link to a directory is removed as a link: rmtree would refuse
+        # it, and what it points at is not part of this checkpoint.
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def prepare_dir(path: Path, overwrite: bool) -> None:
     """An empty directory at ``path``; a non-empty one is emptied only with
-    ``overwrite``, else ``FileExistsError``. A file at ``path`` is never
-    replaced (``NotADirectoryError``)."""
+    ``overwrite`` and only if it is a checkpoint (:func:`empty_dir`), else
+    ``FileExistsError``. A file at ``path`` is never replaced
+    (``NotADirectoryError``)."""
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"{path} is a file, not a directory")
     if path.exists() and any(path.iterdir()):
         if not overwrite:
             raise FileExistsError(f"{path} is not empty; pass overwrite=True")
-        shutil.rmtree(path)
+        empty_dir(path)
     path.mkdir(parents=True, exist_ok=True)
 
 
-def output_dir_problem(path: Path, overwrite: bool) -> str | None:
-    """Why ``path`` cannot become a checkpoint directory, or ``None``: it
-    holds files and ``overwrite`` is off (a maker never replaces a checkpoint
-    unasked), it or a parent is a file, or it cannot be written."""
+def output_location_problem(path: Path, overwrite: bool) -> str | None:
+    """Why ``path`` cannot become a checkpoint directory, whatever it holds,
+    or ``None``: it holds files and ``overwrite`` is off (a maker never
+    replaces a checkpoint unasked), it or a parent is a file, or it cannot be
+    written. :func:`output_dir_problem` adds what ``overwrite`` may replace."""
     existing = next(p for p in (path, *path.parents) if p.exists())
     if existing == path and not path.is_dir():
         return f"{path} is a file, not a directory; give a directory path"
     if not existing.is_dir():
         return f"{path} cannot be created: {existing} is a file, not a directory"
-    if existing == path and any(path.iterdir()):
-        if not overwrite:
-            return f"{path} is not empty; pass --overwrite to replace it"
-        existing = path.parent  # where --overwrite removes and remakes it
+    if existing == path and any(path.iterdir()) and not overwrite:
+        return f"{path} is not empty; pass --overwrite to replace it"
+    # An existing directory is emptied in place (:func:`empty_dir`), so it is
+    # the one that must be writable; a new one is created in its nearest
+    # existing parent.
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{path} cannot be written: {existing} is not writable"
     return None
+
+
+def output_dir_problem(path: Path, overwrite: bool) -> str | None:
+    """Why ``path`` cannot become a checkpoint directory, or ``None``:
+    :func:`output_location_problem`, and with ``overwrite`` a non-empty
+    directory that :func:`overwrite_problem` refuses to replace."""
+    problem = output_location_problem(path, overwrite)
+    if problem is None and path.is_dir() and any(path.iterdir()):
+        problem = overwrite_problem(path)
+    return problem
 
 
 def refuse_non_empty(

@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -64,7 +63,11 @@ from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
     load_state,
     state_fit_problem,
 )
-from vllm_spark2_5_plugin.tools.tiny_checkpoint import output_dir_problem
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
+    empty_dir,
+    output_location_problem,
+    overwrite_problem,
+)
 
 # -- training --------------------------------------------------------------------------
 
@@ -217,7 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--noise-token-id", type=int)
     add("--sequences", type=Path, help="JSON {prompt_len, sequences}: skip generation")
     add("--save-sequences", type=Path, help="write the sequences used (same format)")
-    add("--overwrite", action="store_true", help="replace a non-empty output dir")
+    add(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoint in the output dir (one holding a config.json)",
+    )
     return p
 
 
@@ -247,7 +254,9 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
         raise SystemExit("the output directory must not contain or be inside the input")
-    problem = output_dir_problem(dst, args.overwrite)
+    # Where the output goes is checked first; what --overwrite would delete
+    # there (only an earlier checkpoint), just before deleting it below.
+    problem = output_location_problem(dst, args.overwrite)
     if problem is not None:
         raise SystemExit(problem)
     replace_output = dst.exists() and any(dst.iterdir())
@@ -300,8 +309,13 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             )
     given = check_data_options(args, raw, cfg.block_size, replace_output)
     if replace_output:
-        # Only now that the input and the settings passed their checks.
-        shutil.rmtree(dst)
+        # Only now that the input and the settings passed their checks, and
+        # only an earlier checkpoint (it holds a config.json), never the
+        # working directory: the same rule as the checkpoint makers'.
+        problem = overwrite_problem(dst)
+        if problem is not None:
+            raise SystemExit(problem)
+        empty_dir(dst)
     previous = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
