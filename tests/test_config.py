@@ -205,6 +205,41 @@ def test_bad_config_json_fails_with_the_field_name(tmp_path):
         Spark2_5Config.from_pretrained(tmp_path)
 
 
+FULL_ONLY = ["full_attention"] * 4
+
+
+def test_a_null_window_is_accepted_when_no_layer_slides(tmp_path):
+    """Hugging Face writes ``sliding_window: null`` for a window nothing uses;
+    it was refused ("must be a positive integer, got None")."""
+    config = Spark2_5Config(
+        num_hidden_layers=4, layer_types=FULL_ONLY, sliding_window=None
+    )
+    assert config.sliding_window is None
+    raw = {**config.to_dict(), "sliding_window": None}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert Spark2_5Config.from_pretrained(tmp_path).sliding_window is None
+
+
+@pytest.mark.parametrize(
+    "layer_types",
+    [None, ["full_attention", "sliding_attention", "full_attention"]],
+    ids=["default-types", "one-sliding"],
+)
+def test_a_null_window_is_refused_when_a_layer_slides(layer_types):
+    n = 3
+    with pytest.raises(ValueError) as info:
+        Spark2_5Config(
+            num_hidden_layers=n, layer_types=layer_types, sliding_window=None
+        )
+    said = str(info.value)
+    sliding = 3 if layer_types is None else 1  # by default every 4th layer is full
+    assert said.startswith(
+        f"sliding_window is null, but layer_types makes {sliding} of the {n} "
+        "layers sliding_attention layers"
+    ), said
+    assert "a positive integer" in said and "make every layer full_attention" in said
+
+
 # ---------------------------------------------------------------------------
 # Through vLLM: --hf-overrides are applied after config.json was checked
 # ---------------------------------------------------------------------------
@@ -226,6 +261,8 @@ def _engine_config(checkpoint, **fields):
         ({"num_hidden_layers": 2}, r"layer_types has 4 entries but num_hidden"),
         ({"num_key_value_heads": 3}, r"divisible by num_key_value_heads \(3\)"),
         ({"sliding_window": -5}, r"sliding_window must be a positive .* -5"),
+        # The tiny checkpoint's layers 0-2 slide.
+        ({"sliding_window": None}, r"sliding_window is null, but layer_types .* 3 "),
     ],
 )
 def test_bad_hf_overrides_are_refused_at_start_up(tiny_checkpoint, overrides, message):
@@ -331,3 +368,39 @@ def test_kv_heads_that_tensor_parallelism_cannot_split_are_refused_at_start_up(
     for tp in (1, 3):
         config = _engine_config(path, max_model_len=256, tensor_parallel_size=tp)
         assert config.parallel_config.tensor_parallel_size == tp
+
+
+def _full_only_checkpoint(path):
+    """A tiny checkpoint whose layers are all full attention, with the
+    ``sliding_window: null`` Hugging Face writes for an unused window."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(path, seed=7, layer_types=FULL_ONLY)
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**raw, "sliding_window": None}))
+    return path
+
+
+def test_a_null_window_without_sliding_layers_starts(tmp_path):
+    path = _full_only_checkpoint(tmp_path / "full")
+    model_config = _engine_config(path, max_model_len=256).model_config
+    assert model_config.get_sliding_window() is None
+    assert model_config.max_model_len == 256
+
+
+@pytest.mark.slow
+def test_a_null_window_without_sliding_layers_generates_as_the_reference(tmp_path):
+    """The real engine serves it, and greedy tokens and logprobs equal the
+    independent reference's."""
+    from test_generation_parity import (
+        MAX_TOKENS,
+        assert_matches_reference,
+        prompts,
+    )
+    from vllm_helpers import greedy_generate
+
+    path = _full_only_checkpoint(tmp_path / "full")
+    prompt_ids = prompts()
+    results = greedy_generate(path, prompt_ids, MAX_TOKENS)
+    assert all(len(tokens) == MAX_TOKENS for tokens, _ in results)
+    assert_matches_reference(path, results, prompt_ids)

@@ -170,7 +170,8 @@ class Spark2_5Config(PreTrainedConfig):
         max_position_embeddings (`int`, defaults to 131072): longest sequence.
         rms_norm_eps (`float`, defaults to 1e-6): RMSNorm epsilon.
         sliding_window (`int`, defaults to 4096): keys a sliding-attention query
-            sees, itself included (positions t-W+1 .. t).
+            sees, itself included (positions t-W+1 .. t); may be null when no
+            layer is a sliding layer.
         layer_types (`list[str]`, *optional*): `"sliding_attention"` or
             `"full_attention"` per layer; by default every fourth layer is full.
         rope_parameters (`dict`, *optional*): RoPE settings per layer type,
@@ -207,7 +208,7 @@ class Spark2_5Config(PreTrainedConfig):
     hidden_act: str = "gelu_pytorch_tanh"
     max_position_embeddings: int = 131072
     rms_norm_eps: float = 1e-6
-    sliding_window: int = 4096
+    sliding_window: int | None = 4096
     layer_types: list[str] | None = None
     rope_parameters: dict | None = None
     attention_bias: bool = False
@@ -322,13 +323,23 @@ class Spark2_5Config(PreTrainedConfig):
     def _check_fields(self, *, window_disabled: bool = False) -> None:
         """Raise ``ValueError`` naming the first field that cannot work.
 
-        ``window_disabled``: vLLM has set ``sliding_window`` to None
-        (``--disable-sliding-window``, or a window of 0 in the checkpoint),
-        and the sliding layers attend to the whole (capped) context.
+        ``window_disabled``: vLLM has turned the window off, set
+        ``sliding_window`` to None, and the sliding layers attend to the
+        whole (capped) context; the window is then not checked. vLLM does so
+        for ``--disable-sliding-window`` and for a window of 0 given with
+        ``--hf-overrides``. A window of 0 in config.json never gets that far:
+        it is refused here when the file is read, as any window that is not
+        a positive integer.
+
+        ``sliding_window`` may be null (absent, it takes its default) when no
+        layer of ``layer_types`` is a sliding layer: Hugging Face writes null
+        for a window nothing uses.
         """
         for name in SIZE_FIELDS:
-            if name == "sliding_window" and window_disabled:
-                continue
+            if name == "sliding_window" and (
+                window_disabled or self.sliding_window is None
+            ):
+                continue  # null: allowed only without sliding layers (below)
             require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -347,6 +358,15 @@ class Spark2_5Config(PreTrainedConfig):
                 f"layer_types has {len(self.layer_types)} entries but "
                 f"num_hidden_layers is {self.num_hidden_layers}; give one entry "
                 "per layer"
+            )
+        sliding = [i for i, t in enumerate(self.layer_types) if t == SLIDING]
+        if self.sliding_window is None and sliding and not window_disabled:
+            raise ValueError(
+                f"sliding_window is null, but layer_types makes {len(sliding)} "
+                f"of the {len(self.layer_types)} layers {SLIDING} layers (layer "
+                f"{sliding[0]} first), which need it: give the number of keys a "
+                "sliding layer sees (a positive integer), or make every layer "
+                f"{FULL}"
             )
         for layer_type, entry in self.rope_parameters.items():
             self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)

@@ -8,6 +8,7 @@ in ``benchmarks/dspark_serving.md``.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS, Spark2_5Config
-from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, FULL, SLIDING
+from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
 from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS, prepare_dir
 
@@ -90,13 +91,12 @@ def write_in_tree(
         "bos_token_id": raw.get("bos_token_id"),
     }
     dtype = raw.get("dtype") or raw.get("torch_dtype") or "bfloat16"
-    rope = raw.get("rope_parameters") or {}
-    if not any(t in rope for t in (SLIDING, FULL)):  # a flat dict: both types
-        rope = {SLIDING: dict(rope), FULL: dict(rope)}
-    rope = {
-        t: {"rope_type": "default", "rope_theta": theta, **(rope.get(t) or {})}
-        for t, theta in ((SLIDING, 1e4), (FULL, 1e6))
-    }
+    # The RoPE the plugin serves: Spark2_5Config's reading of every spelling
+    # config.json may use (per layer type, one flat set, or the legacy
+    # top-level rope_theta / rope_scaling), each type's default theta filled
+    # in. Read from config.json's dict instead, a legacy rope_theta was lost
+    # and the copies rotated with the default thetas: another model.
+    rope = copy.deepcopy(spark.rope_parameters)
     if arch == "llama":
         from transformers import LlamaConfig
 
