@@ -72,6 +72,26 @@ def test_defaults_fill_optional_fields():
     assert config.dspark_layer_types == [SLIDING]
 
 
+def test_a_null_window_is_accepted_when_no_draft_layer_slides():
+    """The window defaults to the target's, which may be null (no target
+    layer slides); a draft of full layers needs none."""
+
+    def config(draft_layer_types):
+        # dspark_config() drops None values: the null window is given here.
+        fields = dspark_config(dspark_layer_types=draft_layer_types).to_dict()
+        fields.update(layer_types=[FULL] * 4, sliding_window=None)
+        return Spark2_5Config(**fields)
+
+    assert config([FULL]).sliding_window is None
+    assert read_dspark_settings(config([FULL])).sliding_window is None
+    with pytest.raises(
+        ValueError,
+        match=r"dspark_sliding_window is null .* makes draft layer 1 a "
+        r"sliding_attention layer",
+    ):
+        read_dspark_settings(config([FULL, SLIDING]))
+
+
 def test_normalisation_is_idempotent():
     config = dspark_config(markov_rank=8, dspark_layer_types=(SLIDING, FULL))
     normalize_dspark_config(config)

@@ -63,7 +63,8 @@ class DSparkSettings:
     enable_confidence_head: bool
     noise_token_id: int
     layer_types: tuple[str, ...]
-    sliding_window: int
+    #: None only where no draft layer slides.
+    sliding_window: int | None
 
     @property
     def num_layers(self) -> int:
@@ -198,7 +199,18 @@ def read_dspark_settings(
     layer_types = config.dspark_layer_types
     require_layer_types("dspark_layer_types", layer_types, "one entry per draft layer")
     window = config.dspark_sliding_window
-    require_positive_int("dspark_sliding_window", window)
+    sliding = [j for j, kind in enumerate(layer_types) if kind == SLIDING]
+    if window is None and sliding:
+        # It defaults to the target's sliding_window, which may be null where
+        # no target layer slides (Hugging Face writes null for it).
+        raise ValueError(
+            f"dspark_sliding_window is null (it defaults to the target's "
+            f"sliding_window), but dspark_layer_types makes draft layer "
+            f"{sliding[0]} a {SLIDING} layer; give dspark_sliding_window a "
+            "positive integer, or make every draft layer full_attention"
+        )
+    if window is not None:
+        require_positive_int("dspark_sliding_window", window)
     block_size = getattr(config, "dspark_block_size", None)
     if block_size is not None:
         require_positive_int("dspark_block_size (alias block_size)", block_size)

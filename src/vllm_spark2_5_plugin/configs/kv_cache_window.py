@@ -58,7 +58,7 @@ class KVCacheLayout:
     target_layer_types: tuple[str, ...]
     target_window: int | None
     draft_layer_types: tuple[str, ...]
-    draft_window: int
+    draft_window: int | None  # None: no draft layer slides
     num_speculative_tokens: int
     block_size: int
     max_model_len: int
