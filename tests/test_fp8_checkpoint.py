@@ -312,6 +312,66 @@ def test_dspark_draft_loads_from_the_fp8_checkpoint(pair, world):
     assert not torch.equal(norm.data, target_norm.data)
 
 
+#: A copy of the FP8 checkpoint with one edit -> words the load error must
+#: hold. vLLM 0.32.0 checks loaded weights of unquantised models only; measured
+#: without the plugin's checks of quantised loads, each of these served
+#: token 0 with NaN logprobs (or other tokens) without a word.
+UP_SCALE = "model.layers.0.mlp.up_proj.weight_scale"
+K_WEIGHT = "model.layers.1.self_attn.k_proj.weight"
+BROKEN_FP8 = {
+    "no-up_proj-weight_scale": (
+        lambda t: t.pop(UP_SCALE),
+        [f"'{UP_SCALE}'", "fused into 'model.layers.0.mlp.gate_up_proj'"],
+    ),
+    "no-lm_head": (lambda t: t.pop("lm_head.weight"), ["'lm_head.weight'"]),
+    "no-g_proj": (
+        lambda t: t.pop("model.layers.1.self_attn.g_proj.weight"),
+        ["'model.layers.1.self_attn.g_proj.weight'", "quantised or not"],
+    ),
+    "no-k_proj-at-all": (
+        lambda t: [
+            t.pop(n) for n in list(t) if n.startswith(K_WEIGHT[: -len("weight")])
+        ],
+        [f"'{K_WEIGHT}'", "quantised or not"],
+    ),
+    # 0x7F is e4m3fn's NaN code.
+    "a-nan-code-in-an-fp8-weight": (
+        lambda t: t.update(
+            {
+                K_WEIGHT: t[K_WEIGHT]
+                .view(torch.uint8)
+                .index_fill(0, torch.tensor([2]), 0x7F)
+                .view(torch.float8_e4m3fn)
+            }
+        ),
+        ["NaN or infinite", "'model.layers.1.self_attn.qkv_proj.weight'"],
+    ),
+    "a-draft-tensor-missing": (
+        lambda t: t.pop(DRAFT_PREFIX + "main_norm.weight"),
+        ["lacks DSpark draft weights", f"'{DRAFT_PREFIX}main_norm.weight'"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_FP8))
+def test_a_broken_fp8_checkpoint_is_refused_naming_the_tensor(
+    pair, world, tmp_path, case
+):
+    from safetensors.torch import load_file, save_file
+
+    _, dst = pair
+    edit, words = BROKEN_FP8[case]
+    copy = tmp_path / case
+    shutil.copytree(dst, copy)
+    tensors = load_file(str(copy / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError) as excinfo:
+        build_dspark_models(copy, 4)
+    for word in words:
+        assert word in str(excinfo.value), (word, str(excinfo.value))
+
+
 # -- served by vLLM (CPU build) ---------------------------------------------------
 
 

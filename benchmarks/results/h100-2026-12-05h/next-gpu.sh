@@ -15,4 +15,11 @@ tools)  # the DSpark tools and the files not reached last time
   NAME=tools BUDGET=${BUDGET:-560} PER_FILE=${PER_FILE:-180} bash $suite \
     tests/test_train_dspark.py tests/test_dspark_tools_refusals.py \
     tests/test_registration.py tests/test_lora.py ;;
+fp8)  # the forty-fifth session's checks of quantised loads under the CUDA
+  # build: the FP8 checkpoint and online --quantization fp8 must still load,
+  # broken copies must be refused naming the tensor. Carry out/fp8-pair, made
+  # on the CPU machine by `.venv/bin/python tests/test_fp8_gpu.py out/fp8-pair`.
+  SPARK2_5_FP8_PAIR=out/fp8-pair SPARK2_5_ORACLE_OUT=$OUT NAME=fp8 MARK=cuda \
+    BUDGET=${BUDGET:-330} PER_FILE=${PER_FILE:-330} bash $suite tests/test_fp8_gpu.py
+  NAME=fp8-cpu-tests BUDGET=200 PER_FILE=200 bash $suite tests/test_strict_loading.py ;;
 esac
