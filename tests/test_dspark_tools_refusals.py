@@ -231,3 +231,63 @@ def test_tools_read_a_config_without_head_dim(tmp_path, monkeypatch) -> None:
     assert report["num_drafts"] >= 1
     summary = train([str(src), str(tmp_path / "out"), *SMALL])
     assert summary["dspark"]["dspark_block_size"] == 4
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--vllm-dtype", "float32"),
+        ("--vllm-dtype", "bfloat16", "--continuations", "reference"),
+        ("--vllm-dtype", "float32", "--continuations", "vllm", "--sequences", "S"),
+    ],
+    ids=["default-continuations", "reference-continuations", "with-sequences"],
+)
+def test_vllm_options_without_vllm_continuations_are_refused(
+    tmp_path, tiny, capsys, monkeypatch, extra
+) -> None:
+    """They set how the vLLM child writes the continuations, and were
+    ignored without a word wherever no child runs."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    extra = tuple(str(tmp_path / "seqs.json") if a == "S" else a for a in extra)
+    why = "--sequences supplies" if "--sequences" in extra else "continuations are"
+    said = _trainer_refuses(tmp_path, tiny, *extra)
+    assert said.startswith("--vllm-dtype set how vLLM writes"), said
+    assert why in said, said
+    line = _acceptance_refuses(capsys, tiny, *extra)
+    assert "--vllm-dtype set how vLLM writes" in line and why in line, line
+
+
+def test_the_vllm_memory_option_without_vllm_continuations_is_refused(
+    tmp_path, tiny, monkeypatch
+) -> None:
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    said = _trainer_refuses(tmp_path, tiny, "--vllm-gpu-memory-utilization", "0.5")
+    assert said.startswith("--vllm-gpu-memory-utilization set how vLLM"), said
+
+
+def test_a_confidence_weight_without_a_confidence_head_is_refused(
+    tmp_path, tiny, monkeypatch
+) -> None:
+    """It weighs the head's loss; without a head it was ignored silently."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    said = _trainer_refuses(tmp_path, tiny, "--confidence-weight", "3")
+    assert "--confidence-weight weighs the confidence head's loss" in said, said
+    assert "--confidence-head" in said, said
+
+
+@pytest.mark.parametrize(
+    ("n_seq", "n_pos", "want"),
+    [
+        (1, 1, (1, 1)),  # was 256 copies of the one anchor
+        (3, 10, (3, 10)),  # every anchor of every sequence, once
+        (100, 10, (26, 10)),
+        (2, 100, (4, 64)),  # 64 of 100 anchors: a sequence twice, other anchors
+    ],
+)
+def test_a_step_takes_no_sequence_twice_when_it_takes_all_its_anchors(
+    n_seq, n_pos, want
+) -> None:
+    args = train_dspark.build_parser().parse_args(["in", "out"])
+    assert (args.batch_anchors, args.anchors_per_seq) == (256, 64)
+    assert train_dspark.step_shape(args, n_seq, n_pos) == want

@@ -47,6 +47,7 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     prompt_token_pool,
     random_prompts,
     read_sequences,
+    settle_vllm_options,
     target_and_sequences,
     target_features,
 )
@@ -149,12 +150,19 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     add("--gen-len", type=int_at_least(1), default=128)
     add("--seed", type=int, default=1234)
     add("--continuations", choices=["reference", "vllm"], default="reference")
-    add("--vllm-dtype", choices=VLLM_DTYPES, default="auto")
+    add(
+        "--vllm-dtype",
+        choices=VLLM_DTYPES,
+        help="dtype of the vLLM continuations (default auto)",
+    )
     add("--sequences", type=Path, help="JSON {prompt_len, sequences}: no generation")
     add("--num-tokens", type=int_at_least(1), help="K (default: the block size)")
     add("--device", type=device_name, default="cpu")
     add("--dtype", choices=list(DTYPES), default="float32")
     args = parser.parse_args(argv)
+    problem = settle_vllm_options(args, {"vllm_dtype": "auto"})
+    if problem is not None:
+        parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint
     raw = read_target_config(path)
     if checked_draft_prefix(path) is None:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -113,6 +114,30 @@ def check_length(
     raise ValueError(
         f"{what} exceed the model's max_position_embeddings {limit}; shorten them"
     )
+
+
+def settle_vllm_options(args: Any, defaults: dict[str, Any]) -> str | None:
+    """Why options that set how the vLLM child writes the continuations
+    (``defaults``: attribute -> default, ``None`` when not given) cannot
+    apply, or ``None`` after filling in the defaults of those not given.
+    They apply only where vLLM writes them: ``--continuations vllm`` without
+    ``--sequences``; elsewhere they used to be ignored without a word."""
+    given = [name for name in defaults if getattr(args, name) is not None]
+    if given and (args.continuations != "vllm" or args.sequences is not None):
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        why = (
+            "--sequences supplies the sequences"
+            if args.sequences is not None
+            else f"the continuations are the {args.continuations}'s"
+        )
+        return (
+            f"{flags} set how vLLM writes the continuations, but {why}; "
+            "drop it, or use --continuations vllm without --sequences"
+        )
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return None
 
 
 # -- prompts and the target's greedy continuations -------------------------------------

@@ -50,6 +50,7 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     int_at_least,
     number_in_range,
     read_sequences,
+    settle_vllm_options,
     stacked_target_features,
     target_and_sequences,
     write_sequences,
@@ -69,7 +70,24 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     overwrite_problem,
 )
 
+#: The vLLM child's options and their defaults (applied with --continuations
+#: vllm only).
+VLLM_OPTION_DEFAULTS = {"vllm_gpu_memory_utilization": 0.8, "vllm_dtype": "auto"}
+
 # -- training --------------------------------------------------------------------------
+
+
+def step_shape(args: argparse.Namespace, n_seq: int, n_pos: int) -> tuple[int, int]:
+    """(sequences, anchors of each) per step: ``--batch-anchors`` anchors,
+    at most ``--anchors-per-seq`` of a sequence's ``n_pos``. Where a step
+    takes every anchor of a sequence, a sequence is never taken twice in one
+    step: the copy would add nothing but work (one sequence made 256 copies
+    of its one anchor)."""
+    per_seq = min(args.anchors_per_seq, n_pos)
+    n_seqs = max(1, math.ceil(args.batch_anchors / per_seq))
+    if per_seq == n_pos:
+        n_seqs = min(n_seqs, n_seq)
+    return n_seqs, per_seq
 
 
 def train_draft(
@@ -90,8 +108,7 @@ def train_draft(
     n_pos = seq_len - 1 - prompt_len
     if n_pos < 1:
         raise ValueError("--gen-len must be at least 2")
-    per_seq = min(args.anchors_per_seq, n_pos)
-    n_seqs = max(1, math.ceil(args.batch_anchors / per_seq))
+    n_seqs, per_seq = step_shape(args, n_seq, n_pos)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay
@@ -188,7 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-anchors", type=int_at_least(1), default=256, help="anchors per step")
     add("--anchors-per-seq", type=int_at_least(1), default=64)
     add("--position-decay", type=_number(0), default=1.0, help="loss weight decay**i")
-    add("--confidence-weight", type=_number(0), default=1.0)
+    add(
+        "--confidence-weight",
+        type=_number(0),
+        help="loss weight of the confidence head (default 1; a draft with one only)",
+    )
     add("--clip", type=_number(0, above=True), default=1.0)
     add("--log-every", type=int_at_least(1), default=25)
     add(
@@ -201,13 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--vllm-gpu-memory-utilization",
         type=_number(0, above=True, most=1),
-        default=0.8,
+        help="with --continuations vllm (default 0.8)",
     )
     add(
         "--vllm-dtype",
         choices=VLLM_DTYPES,
-        default="auto",
-        help="dtype of the vLLM continuations",
+        help="dtype of the vLLM continuations (default auto)",
     )
     add("--init-draft", choices=["checkpoint", "random", "target"], default=None)
     add("--block-size", type=int)
@@ -307,6 +327,16 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
                 f"--init-draft checkpoint: {src}'s {problem}; keep the draft's "
                 "shape settings or use --init-draft random or target"
             )
+    if args.confidence_weight is not None and not cfg.enable_confidence_head:
+        raise SystemExit(
+            "--confidence-weight weighs the confidence head's loss, but this "
+            "draft has none: add --confidence-head, or drop the option"
+        )
+    if args.confidence_weight is None:
+        args.confidence_weight = 1.0
+    problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS)
+    if problem is not None:
+        raise SystemExit(problem)
     given = check_data_options(args, raw, cfg.block_size, replace_output)
     if replace_output:
         # Only now that the input and the settings passed their checks, and
@@ -505,7 +535,7 @@ def _summary(
     def mean(key: str, part: list) -> float:
         return sum(h[key] for h in part) / len(part)
 
-    per_seq = min(args.anchors_per_seq, seq_len - 1 - plen)
+    n_seqs, per_seq = step_shape(args, n_train, seq_len - 1 - plen)
     head, tail = history[: min(10, len(history))], history[-min(10, len(history)) :]
     return {
         "input": str(args.input),
@@ -529,7 +559,7 @@ def _summary(
         "prompt_len": plen,
         "sequence_length": seq_len,
         "draft_parameters": n_params,
-        "anchors_per_step": math.ceil(args.batch_anchors / per_seq) * per_seq,
+        "anchors_per_step": n_seqs * per_seq,
         "ms_per_step": round(1000 * times["train_s"] / max(1, args.steps), 2),
         "loss": {
             "first": history[0]["loss"] if history else None,
