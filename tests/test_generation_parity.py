@@ -263,7 +263,7 @@ from vllm.inputs import TokensPrompt
 if __name__ == "__main__":
     path, prompts, kwargs = sys.argv[1], *map(json.loads, sys.argv[2:4])
     max_tokens = int(sys.argv[4])
-    llm = LLM(path, dtype="float32", max_model_len=512, seed=0, **kwargs)
+    llm = LLM(path, **{"dtype": "float32", "max_model_len": 512, "seed": 0, **kwargs})
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     outs = llm.generate(
         [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
@@ -272,14 +272,23 @@ if __name__ == "__main__":
 """
 
 
-def run_engine(path, prompt_ids, env, **llm_kwargs):
-    path = str(path)
-    result = run_python(
+def start_engine(path, prompt_ids, env, **llm_kwargs):
+    """``ENGINE_SCRIPT``'s finished process (multiprocess engine)."""
+    return run_python(
         ENGINE_SCRIPT,
         env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1", **env},
         timeout=900,
-        args=[path, json.dumps(prompt_ids), json.dumps(llm_kwargs), str(MAX_TOKENS)],
+        args=[
+            str(path),
+            json.dumps(prompt_ids),
+            json.dumps(llm_kwargs),
+            str(MAX_TOKENS),
+        ],
     )
+
+
+def run_engine(path, prompt_ids, env, **llm_kwargs):
+    result = start_engine(path, prompt_ids, env, **llm_kwargs)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     tokens = next(
@@ -334,3 +343,37 @@ def test_two_way_parallelism_gives_the_same_tokens(
         tiny_checkpoint, prompt_ids, {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, **parallel
     )
     assert tokens == reference_tokens
+
+
+@pytest.mark.slow
+def test_quantised_load_checks_hold_on_every_tensor_parallel_rank(
+    tiny_checkpoint, prompt_ids, tmp_path
+):
+    """Online int8 at TP=2, each rank holding half of every sharded
+    parameter: the checks of quantised loads let a whole checkpoint through
+    and refuse a copy without one k_proj, naming it (vLLM 0.32.0 itself
+    checks no quantised load)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+    quantised = dict(
+        tensor_parallel_size=2,
+        enforce_eager=True,
+        quantization="int8_per_channel_weight_only",
+        dtype="bfloat16",  # the CPU build's int8 method takes 16-bit only
+    )
+    tokens, _ = run_engine(tiny_checkpoint, prompt_ids, env, **quantised)
+    assert [len(t) for t in tokens] == [MAX_TOKENS] * len(prompt_ids)
+
+    broken = tmp_path / "no-k_proj"
+    shutil.copytree(tiny_checkpoint, broken)
+    name = "model.layers.2.self_attn.k_proj.weight"
+    tensors = load_file(str(broken / "model.safetensors"))
+    del tensors[name]
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    result = start_engine(broken, prompt_ids, env, **quantised)
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, log[-4000:]
+    assert f"{name!r} of shape" in log, log[-4000:]
