@@ -485,6 +485,104 @@ def test_hf_overrides_of_target_fields_pass_the_draft_hook(
     assert draft.architectures == ["Spark2_5DSparkForCausalLM"]
 
 
+def spec_with_config_path(path: Path, config_dir: Path):
+    """A DSpark SpeculativeConfig for a target read with --hf-config-path."""
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+
+    target = ModelConfig(
+        model=str(path),
+        hf_config_path=str(config_dir),
+        dtype="float32",
+        max_model_len=256,
+    )
+    return SpeculativeConfig(
+        method="dspark",
+        num_speculative_tokens=4,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+    )
+
+
+def config_dir(base: Path, out: Path, **changes) -> Path:
+    """A directory holding only ``base``'s config.json with ``changes``."""
+    out.mkdir()
+    raw = json.loads((base / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    (out / "config.json").write_text(json.dumps(raw))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"rms_norm_eps": 1e-5}, "rms_norm_eps"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"intermediate_size": 256}, "intermediate_size"),
+        (
+            {
+                "rope_parameters": {
+                    SLIDING: {"rope_type": "default", "rope_theta": 1e4},
+                    FULL: {"rope_type": "default", "rope_theta": 5e5},
+                }
+            },
+            "rope_parameters",
+        ),
+        ({"dspark_noise_token_id": NOISE_ID + 1}, "dspark_noise_token_id"),
+        ({"dspark_markov_head_type": "rnn"}, "dspark_markov_head_type"),
+        ({"dspark_layer_types": [FULL]}, "dspark_layer_types"),
+    ],
+)
+def test_hf_config_path_that_differs_for_the_draft_is_refused(
+    registered, dspark_checkpoint, tmp_path, changes, field
+):
+    """vLLM reads the draft's config from the checkpoint's config.json, not
+    from --hf-config-path: the draft ran with the checkpoint's norms, RoPE and
+    DSpark settings while the target ran with the other file's."""
+    raw = json.loads((dspark_checkpoint / "config.json").read_text())
+    other = config_dir(dspark_checkpoint, tmp_path / "cfg", **changes)
+    with pytest.raises(ValueError) as info:
+        spec_with_config_path(dspark_checkpoint, other)
+    said = str(info.value)
+    assert f"--hf-config-path {other} gives {field}=" in said, said
+    assert "which gives " + field + "=" in said
+    assert "Serve a checkpoint whose config.json is the config you want" in said
+    if field in raw and not isinstance(raw[field], dict | list):
+        # Both values are named.
+        assert f"{field}={changes[field]!r}" in said
+        assert f"{field}={raw[field]!r}" in said
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        # Settings the draft does not read.
+        {"max_position_embeddings": 4096, "eos_token_id": 3},
+        # The same DSpark settings under their aliases.
+        {"dspark_markov_rank": None, "markov_rank": 8},
+    ],
+    ids=["same", "target-only-fields", "aliases"],
+)
+def test_hf_config_path_that_agrees_for_the_draft_is_accepted(
+    registered, dspark_checkpoint, tmp_path, changes
+):
+    raw = json.loads((dspark_checkpoint / "config.json").read_text())
+    if "markov_rank" in changes:
+        changes = {**changes, "markov_rank": raw["dspark_markov_rank"]}
+    other = config_dir(dspark_checkpoint, tmp_path / "cfg", **changes)
+    spec = spec_with_config_path(dspark_checkpoint, other)
+    assert spec.draft_model_config.hf_config.architectures == [
+        "Spark2_5DSparkForCausalLM"
+    ]
+    if "max_position_embeddings" in changes:
+        target = spec.target_model_config.hf_config
+        assert target.max_position_embeddings == 4096  # the target read it
+
+
 def test_pipeline_parallel_is_refused(registered, dspark_checkpoint):
     import torch
 

@@ -27,6 +27,7 @@ Only Transformers-free, torch-free code lives here; vLLM is imported lazily.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,6 +327,24 @@ def refuse_separate_draft(spec_config: Any) -> None:
     )
 
 
+#: Target fields the draft reads as they are (``DRAFT_SHARED_FIELDS``), with
+#: the MLP's size and the legacy spellings of the RoPE settings.
+_SHARED_WITH_DRAFT = (
+    *DRAFT_SHARED_FIELDS,
+    "intermediate_size",
+    "rope_scaling",
+    "rope_theta",
+)
+#: The DSpark settings under one name each (after normalize_dspark_config,
+#: which also fills their defaults).
+_DSPARK_CANONICAL = (
+    *DSPARK_ALIASES,
+    "dspark_layer_types",
+    "dspark_sliding_window",
+    "draft_vocab_size",
+)
+
+
 def refuse_draft_overrides(target_model_config: Any) -> None:
     """Refuse ``--hf-overrides`` of fields the draft reads, which it would
     not see.
@@ -339,13 +358,7 @@ def refuse_draft_overrides(target_model_config: Any) -> None:
     overrides = getattr(target_model_config, "hf_overrides", None)
     if not isinstance(overrides, dict):
         return  # a callable override: its effect on the draft is vLLM's
-    # With the MLP's size and the legacy spellings of the RoPE settings.
-    shared_fields = {
-        *DRAFT_SHARED_FIELDS,
-        "intermediate_size",
-        "rope_scaling",
-        "rope_theta",
-    }
+    shared_fields = set(_SHARED_WITH_DRAFT)
     named = sorted(set(overrides) & {*DSPARK_FIELDS, *shared_fields})
     if named:
         shared = [name for name in named if name in shared_fields]
@@ -363,6 +376,49 @@ def refuse_draft_overrides(target_model_config: Any) -> None:
         )
 
 
+def _draft_read_values(config: Any) -> dict[str, Any]:
+    """The values of ``config`` the draft reads, DSpark aliases and defaults
+    resolved (on a copy: the config itself is left as it is)."""
+    config = copy.deepcopy(config)
+    normalize_dspark_config(config)
+    # The embedding and the LM head are the target's, so the vocabulary too.
+    names = (*_SHARED_WITH_DRAFT, "vocab_size", *_DSPARK_CANONICAL)
+    return {name: getattr(config, name, None) for name in names}
+
+
+def refuse_separate_config_path(target_model_config: Any, draft_hf: Any) -> None:
+    """Refuse ``--hf-config-path`` when its config and the checkpoint's
+    ``config.json`` differ in anything the draft reads.
+
+    vLLM 0.32.0 builds the DSpark draft's config from the checkpoint's
+    ``config.json`` (``ModelConfig(model=...)`` without ``hf_config_path``),
+    while the target reads the config at ``--hf-config-path``: where they
+    differ in a field the draft shares with the target (norms, RoPE, ...) or
+    in a DSpark setting, the draft would run with settings the user did not
+    point at. Configs that agree in all of them are accepted.
+    """
+    path = getattr(target_model_config, "hf_config_path", None)
+    model = getattr(target_model_config, "model", None)
+    if path is None or path == model:
+        return
+    here, there = Path(str(path)), Path(str(model))
+    if here.exists() and there.exists() and here.resolve() == there.resolve():
+        return  # the checkpoint's own config.json
+    target_values = _draft_read_values(target_model_config.hf_config)
+    draft_values = _draft_read_values(draft_hf)
+    for name, value in target_values.items():
+        if value != draft_values[name]:
+            raise ValueError(
+                f"--hf-config-path {path} gives {name}={value!r}, but vLLM "
+                "builds the DSpark draft from the checkpoint's own config.json "
+                f"({model}), which gives {name}={draft_values[name]!r}: the "
+                "draft would run with settings the target does not use. Serve "
+                "a checkpoint whose config.json is the config you want (e.g. a "
+                "copy of the checkpoint with that config.json) and drop "
+                "--hf-config-path"
+            )
+
+
 def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     """Turn the draft config of a Spark2_5 DSpark spec config into ours.
 
@@ -378,6 +434,7 @@ def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     draft_hf = spec_config.draft_model_config.hf_config
     refuse_separate_draft(spec_config)
     refuse_draft_overrides(spec_config.target_model_config)
+    refuse_separate_config_path(spec_config.target_model_config, draft_hf)
     settings = read_dspark_settings(
         draft_hf,
         num_target_layers=target_hf.num_hidden_layers,
