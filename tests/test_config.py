@@ -404,3 +404,264 @@ def test_a_null_window_without_sliding_layers_generates_as_the_reference(tmp_pat
     results = greedy_generate(path, prompt_ids, MAX_TOKENS)
     assert all(len(tokens) == MAX_TOKENS for tokens, _ in results)
     assert_matches_reference(path, results, prompt_ids)
+
+
+# ---------------------------------------------------------------------------
+# Top-level keys that Transformers and vLLM would read apart
+# ---------------------------------------------------------------------------
+
+
+def _config_json_with(path, tiny_checkpoint, **fields):
+    """A copy of the tiny checkpoint whose config.json has ``fields`` too
+    (a None value deletes the key)."""
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, path)
+    raw = json.loads((path / "config.json").read_text())
+    for key, value in fields.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    (path / "config.json").write_text(json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param(
+            {"rotary_emb_base": 50000, "rope_parameters": None},
+            r"rotary_emb_base=50000: .* Write it as rope_theta .* rope_parameters",
+            id="rotary_emb_base",
+        ),
+        pytest.param(
+            {"rotary_emb_base": 50000},
+            r"rotary_emb_base=50000: .* Write it as rope_theta",
+            id="rotary_emb_base-beside-per-type-thetas",
+        ),
+        pytest.param(
+            {"partial_rotary_factor": 0.5},
+            r"partial_rotary_factor=0\.5 would .* remove partial_rotary_factor",
+            id="partial_rotary_factor",
+        ),
+        pytest.param(
+            {"rotary_pct": 0.25},
+            r"rotary_pct=0\.25 would .* remove rotary_pct",
+            id="rotary_pct",
+        ),
+        pytest.param(
+            {"rotary_emb_fraction": 0.5},
+            r"rotary_emb_fraction=0\.5 would .* remove rotary_emb_fraction",
+            id="rotary_emb_fraction",
+        ),
+    ],
+)
+def test_top_level_rope_aliases_are_refused_when_read_naming_the_key(
+    tiny_checkpoint, tmp_path, fields, message
+):
+    """vLLM's patch_rope_parameters reads these top-level keys, Transformers
+    (and so the reference and the DSpark tools) does not. Before, vLLM served
+    rotary_emb_base as the theta of both layer types without a word (or was
+    refused as a 'rope_theta' the user never gave), and a partial rotation
+    passed the load and was refused under a per-type rope_parameters entry
+    the file does not contain."""
+    path = _config_json_with(tmp_path / "ckpt", tiny_checkpoint, **fields)
+    with pytest.raises(ValueError, match=message) as info:
+        Spark2_5Config.from_pretrained(path)
+    assert "rope_parameters[" not in str(info.value)  # not where vLLM copies it
+    assert "--hf-overrides" not in str(info.value)
+    # vLLM reads config.json with the same class, so it stops there too,
+    # under the same name.
+    with pytest.raises(ValueError, match=message) as info:
+        _engine_config(path, max_model_len=256)
+    assert "rope_parameters[" not in str(info.value)
+
+
+def test_a_whole_head_rotation_under_a_top_level_alias_is_accepted(tiny_checkpoint):
+    config = Spark2_5Config(**TINY_CONFIG, partial_rotary_factor=1.0, rotary_pct=1)
+    assert config.rope_parameters == TINY_CONFIG["rope_parameters"]
+
+
+YARN_4 = {"type": "yarn", "factor": 4.0}
+
+
+def test_a_top_level_original_max_position_embeddings_is_the_rope_entries_one():
+    """Transformers' legacy reading (the Phi-3 case) puts a top-level
+    original_max_position_embeddings into the RoPE dict; the plugin filled in
+    max_position_embeddings (2048) instead, while vLLM's default context of
+    longrope followed the top-level value."""
+    from transformers import LlamaConfig
+
+    legacy = {
+        "rope_scaling": dict(YARN_4),  # LlamaConfig writes into it
+        "original_max_position_embeddings": 512,
+        "max_position_embeddings": 2048,
+    }
+    config = Spark2_5Config(num_hidden_layers=4, **legacy)
+    for entry in config.rope_parameters.values():
+        assert entry["original_max_position_embeddings"] == 512
+    # Transformers' standardize_rope_params (which vLLM runs on every config
+    # it loads) gives the top-level value priority in a flat RoPE dict.
+    llama = LlamaConfig(**legacy)
+    llama.standardize_rope_params()
+    assert llama.rope_parameters["original_max_position_embeddings"] == 512
+    # An entry's own value (here equal) is kept; without a top-level value,
+    # max_position_embeddings fills in as before.
+    per_type = {
+        "sliding_attention": {**YARN_4, "original_max_position_embeddings": 512}
+    }
+    config = Spark2_5Config(
+        num_hidden_layers=4,
+        rope_parameters=per_type,
+        original_max_position_embeddings=512,
+    )
+    assert (
+        config.rope_parameters["sliding_attention"]["original_max_position_embeddings"]
+        == 512
+    )
+    assert (
+        "original_max_position_embeddings"
+        not in config.rope_parameters["full_attention"]
+    )  # a default type takes none
+    plain = Spark2_5Config(num_hidden_layers=4, rope_scaling=YARN_4)
+    assert plain.rope_parameters["full_attention"][
+        "original_max_position_embeddings"
+    ] == (plain.max_position_embeddings)
+
+
+def test_a_top_level_original_max_position_embeddings_disagreeing_with_an_entry():
+    per_type = {"full_attention": {**YARN_4, "original_max_position_embeddings": 1024}}
+    with pytest.raises(
+        ValueError,
+        match=r"original_max_position_embeddings=512 \(top level\) and "
+        r"rope_parameters\['full_attention'\]\['original_max_position_embeddings'\]"
+        r"=1024 disagree",
+    ):
+        Spark2_5Config(
+            num_hidden_layers=4,
+            rope_parameters=per_type,
+            original_max_position_embeddings=512,
+        )
+
+
+def test_longrope_with_a_top_level_original_gives_vllm_and_the_rope_one_length(
+    tiny_checkpoint, tmp_path
+):
+    """vLLM's default max_model_len for longrope is the top-level
+    original_max_position_embeddings; the rotary embedding now takes the same
+    (it took max_position_embeddings, so the long factors were never used)."""
+    pairs = TINY_CONFIG["head_dim"] // 2
+    longrope = {
+        "rope_type": "longrope",
+        "short_factor": [1.0] * pairs,
+        "long_factor": [2.0] * pairs,
+    }
+    path = _config_json_with(
+        tmp_path / "longrope",
+        tiny_checkpoint,
+        rope_parameters=longrope,
+        original_max_position_embeddings=512,
+    )
+    model_config = _engine_config(path).model_config
+    assert model_config.max_model_len == 512
+    for entry in model_config.hf_config.rope_parameters.values():
+        assert entry["original_max_position_embeddings"] == 512
+
+
+# ---------------------------------------------------------------------------
+# layer_types derived from num_hidden_layers, through --hf-overrides
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config_json", "overrides", "same_config_json"),
+    [
+        pytest.param(
+            {"layer_types": None},
+            {"num_hidden_layers": 8},
+            {"layer_types": None, "num_hidden_layers": 8},
+            id="num_hidden_layers-without-layer_types",
+        ),
+        pytest.param(
+            {},
+            {"layer_types": None},
+            {"layer_types": None},
+            id="layer_types-null",
+        ),
+        pytest.param(
+            {},
+            {"layer_types": None, "num_hidden_layers": 6},
+            {"layer_types": None, "num_hidden_layers": 6},
+            id="layer_types-null-and-num_hidden_layers",
+        ),
+        pytest.param(
+            {},
+            {"num_hidden_layers": 6, "layer_types": None},
+            {"layer_types": None, "num_hidden_layers": 6},
+            id="num_hidden_layers-and-layer_types-null",
+        ),
+    ],
+)
+def test_derived_layer_types_follow_an_overridden_layer_count(
+    tiny_checkpoint, tmp_path, config_json, overrides, same_config_json
+):
+    """Before, these were refused over a layer_types the user never gave
+    ("layer_types has 4 entries but num_hidden_layers is 8", "layer_types
+    must be a non-empty list ... got None")."""
+    base = _config_json_with(tmp_path / "base", tiny_checkpoint, **config_json)
+    overridden = _engine_config(base, max_model_len=256, hf_overrides=overrides)
+    spelled = _config_json_with(
+        tmp_path / "spelled", tiny_checkpoint, **same_config_json
+    )
+    expected = _engine_config(spelled, max_model_len=256)
+    got, want = overridden.model_config.hf_config, expected.model_config.hf_config
+    assert got.num_hidden_layers == want.num_hidden_layers
+    assert got.layer_types == want.layer_types
+    assert len(got.layer_types) == got.num_hidden_layers
+
+
+def test_explicit_layer_types_stay_strict_under_an_overridden_layer_count(
+    tiny_checkpoint, tmp_path
+):
+    base = _config_json_with(tmp_path / "base", tiny_checkpoint, layer_types=None)
+    four = ["sliding_attention"] * 3 + ["full_attention"]
+    with pytest.raises(
+        ValueError, match=r"layer_types has 4 entries but num_hidden_layers is 8"
+    ):
+        _engine_config(
+            base,
+            max_model_len=256,
+            hf_overrides={"layer_types": four, "num_hidden_layers": 8},
+        )
+
+
+def test_from_pretrained_num_hidden_layers_derives_the_layer_types(
+    tiny_checkpoint, tmp_path
+):
+    """Transformers applies from_pretrained keyword arguments after the
+    config is built; derived layer types now follow them (4 types for 2
+    layers before)."""
+    base = _config_json_with(tmp_path / "base", tiny_checkpoint, layer_types=None)
+    config = Spark2_5Config.from_pretrained(base, num_hidden_layers=2)
+    assert config.layer_types == ["sliding_attention"] * 2
+    assert "_layer_types_derived" not in config.to_dict()
+
+
+# ---------------------------------------------------------------------------
+# Copies
+# ---------------------------------------------------------------------------
+
+
+def test_a_shallow_copy_does_not_share_the_given_rope_fields():
+    """copy.copy shared the record of the RoPE fields as given: a rope_theta
+    set on the copy gave the original's next RoPE override its theta."""
+    import copy
+
+    original = Spark2_5Config(num_hidden_layers=4)
+    shallow = copy.copy(original)
+    shallow.rope_theta = 7e5
+    assert {p["rope_theta"] for p in shallow.rope_parameters.values()} == {7e5}
+    original.rope_parameters = {"rope_type": "linear", "factor": 2.0}
+    thetas = {t: p["rope_theta"] for t, p in original.rope_parameters.items()}
+    assert thetas == {"sliding_attention": 1e4, "full_attention": 1e6}

@@ -16,6 +16,13 @@ from vllm_helpers import greedy_generate
 
 S, F = "sliding_attention", "full_attention"
 LINEAR_2 = {"rope_type": "linear", "factor": 2.0}
+YARN_4 = {"type": "yarn", "factor": 4.0}
+# The tiny checkpoint's head_dim is 32: 16 rotated pairs.
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 16,
+    "long_factor": [2.0] * 16,
+}
 
 
 def _engine_config(checkpoint, **fields):
@@ -86,6 +93,21 @@ def _spelled(tiny_checkpoint, path, rope_fields):
             {"rope_parameters": {F: LINEAR_2}, "rope_theta": 5e5},
             id="rope_theta-fills-the-missing-thetas",
         ),
+        # A legacy top-level original_max_position_embeddings goes into the
+        # scaled entries that have none of their own.
+        pytest.param(
+            {"rope_scaling": YARN_4},
+            {"original_max_position_embeddings": 512},
+            {"rope_scaling": YARN_4, "original_max_position_embeddings": 512},
+            id="original_max_position_embeddings-yarn",
+        ),
+        # vLLM's default max_model_len of longrope is the top-level value.
+        pytest.param(
+            {"rope_parameters": LONGROPE},
+            {"original_max_position_embeddings": 512},
+            {"rope_parameters": LONGROPE, "original_max_position_embeddings": 512},
+            id="original_max_position_embeddings-longrope",
+        ),
     ],
 )
 def test_rope_overrides_resolve_as_the_same_spelling_in_config_json(
@@ -103,6 +125,9 @@ def test_rope_overrides_resolve_as_the_same_spelling_in_config_json(
     assert overridden.hf_config.rope_parameters == expected.hf_config.rope_parameters
     # vLLM derived the context length (RoPE factor included) from the same.
     assert overridden.max_model_len == expected.max_model_len
+    if "original_max_position_embeddings" in overrides:
+        for entry in overridden.hf_config.rope_parameters.values():
+            assert entry["original_max_position_embeddings"] == 512
 
 
 @pytest.mark.parametrize(
@@ -128,6 +153,18 @@ def test_rope_overrides_resolve_as_the_same_spelling_in_config_json(
         (
             {"rope_parameters": {**LINEAR_2, F: {"rope_type": "default"}}},
             r"rope_parameters mixes per-layer-type entries with other keys",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    **LONGROPE,
+                    "original_max_position_embeddings": 1024,
+                },
+                "original_max_position_embeddings": 2048,
+            },
+            r"original_max_position_embeddings=2048 \(top level\) and "
+            r"rope_parameters\['sliding_attention'\]"
+            r"\['original_max_position_embeddings'\]=1024 disagree",
         ),
         (
             {"rope_scaling": {"rope_type": "mrope", "mrope_section": [8, 4, 4]}},

@@ -90,14 +90,43 @@ DEFAULT_ROPE_THETA = {SLIDING: 10_000.0, FULL: 1_000_000.0}
 
 #: The config attributes that hold RoPE settings: ``rope_scaling`` is
 #: Transformers' legacy name of ``rope_parameters``, ``rope_theta`` the legacy
-#: theta of both layer types.
-ROPE_FIELDS = ("rope_parameters", "rope_scaling", "rope_theta")
+#: theta of both layer types, and ``original_max_position_embeddings`` the
+#: legacy (Phi-3 style) top-level pretraining length of the scaled types.
+ROPE_FIELDS = (
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "original_max_position_embeddings",
+)
+#: The RoPE types whose entry takes ``original_max_position_embeddings``.
+ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+#: Top-level keys that vLLM's ``patch_rope_parameters`` reads as RoPE settings
+#: but Transformers (and so ``Spark2_5Config``, the reference and the DSpark
+#: tools) ignores. They are refused when the config is read, naming the key;
+#: the value is what vLLM applies to every layer type's RoPE.
+#: ``rotary_emb_base`` is refused rather than read as a legacy ``rope_theta``:
+#: vLLM would still find it on the config object and re-apply it as an
+#: assigned ``rope_theta`` (which the plugin reads differently from a theta of
+#: config.json when every layer type names its own), and any tool that reads
+#: config.json without this class would not know the key at all, so only
+#: refusing it keeps every reader on the same RoPE.
+ROPE_ALIAS_THETA = "rotary_emb_base"
+#: vLLM's spellings of the fraction of each head that RoPE rotates (it copies
+#: the first one it finds into every layer type's RoPE); Spark2_5 rotates
+#: whole heads, so only 1 is accepted.
+ROPE_ALIAS_PARTIAL = ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction")
 # Where a Spark2_5Config keeps its RoPE fields as given (not serialised).
 _ROPE_GIVEN = "_rope_given"
+# Set (to True) on a Spark2_5Config whose layer_types were derived from
+# num_hidden_layers rather than given (not serialised).
+_LAYER_TYPES_DERIVED = "_layer_types_derived"
 
 
 def normalize_rope_parameters(
-    params: Any, legacy_theta: Any, max_position_embeddings: Any
+    params: Any,
+    legacy_theta: Any,
+    max_position_embeddings: Any,
+    legacy_original: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Bring every accepted RoPE spelling to one dict per layer type.
 
@@ -105,8 +134,12 @@ def normalize_rope_parameters(
     ``rope_scaling``): per layer type, or one flat set for both, or None;
     a missing type or theta gets the type's default, and a legacy
     ``legacy_theta`` only fills in a missing theta (docs/model.md, "RoPE
-    parameters"). The one reading of ``config.json`` and of fields assigned
-    later (``--hf-overrides``).
+    parameters"). A ``llama3``/``yarn``/``longrope`` entry without its own
+    ``original_max_position_embeddings`` takes the legacy top-level
+    ``legacy_original`` (as Transformers' legacy reading does for Phi-3
+    style configs, and as vLLM reads it for the default context length of
+    ``longrope``), else ``max_position_embeddings``. The one reading of
+    ``config.json`` and of fields assigned later (``--hf-overrides``).
     """
     params = copy.deepcopy(params)
     if params is None:
@@ -141,9 +174,10 @@ def normalize_rope_parameters(
         if legacy_theta is not None:
             entry.setdefault("rope_theta", legacy_theta)
         entry.setdefault("rope_theta", DEFAULT_ROPE_THETA[layer_type])
-        if entry["rope_type"] in ("llama3", "yarn", "longrope"):
+        if entry["rope_type"] in ROPE_TYPES_WITH_ORIGINAL:
             entry.setdefault(
-                "original_max_position_embeddings", max_position_embeddings
+                "original_max_position_embeddings",
+                max_position_embeddings if legacy_original is None else legacy_original,
             )
     return per_type
 
@@ -173,13 +207,19 @@ class Spark2_5Config(PreTrainedConfig):
             sees, itself included (positions t-W+1 .. t); may be null when no
             layer is a sliding layer.
         layer_types (`list[str]`, *optional*): `"sliding_attention"` or
-            `"full_attention"` per layer; by default every fourth layer is full.
+            `"full_attention"` per layer; by default every fourth layer is
+            full, a pattern that follows a `num_hidden_layers` assigned later.
         rope_parameters (`dict`, *optional*): RoPE settings per layer type,
             `{"sliding_attention": {...}, "full_attention": {...}}`. A flat dict
             (one `rope_type`/`rope_theta`/scaling set) applies to both types;
             the legacy top-level keys `rope_theta` and `rope_scaling` are
-            accepted and also apply to both types. Assigned to a loaded config
-            (`--hf-overrides`), they are read the same way.
+            accepted and also apply to both types, as is a top-level
+            `original_max_position_embeddings` for the scaled types' entries
+            that lack one. Assigned to a loaded config (`--hf-overrides`),
+            they are read the same way. vLLM's other top-level spellings
+            (`rotary_emb_base`, and a partial rotation under
+            `partial_rotary_factor`/`rotary_pct`/`rotary_emb_fraction`) are
+            refused, naming the key.
         attention_bias (`bool`, defaults to `False`): biases on q/k/v projections.
         attention_output_gate (`bool`, defaults to `True`): multiply each head's
             attention output by `sigmoid(x W_g)[head]` (`g_proj`).
@@ -223,8 +263,43 @@ class Spark2_5Config(PreTrainedConfig):
     def __post_init__(self, **kwargs: Any) -> None:
         if self.layer_types is None and is_positive_int(self.num_hidden_layers):
             self.layer_types = default_layer_types(self.num_hidden_layers)
+            # Remembered so that a num_hidden_layers assigned later
+            # (--hf-overrides) gets the default pattern of its own length, as
+            # the same value in config.json would (:meth:`__setattr__`).
+            self.__dict__[_LAYER_TYPES_DERIVED] = True
         super().__post_init__(**kwargs)
         self._check_fields()
+
+    # -- fields assigned after loading -----------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field assigned to a loaded config (vLLM applies ``--hf-overrides``
+        so, Transformers ``from_pretrained`` keyword arguments too) is read as
+        the same field in config.json would be: RoPE fields through
+        :meth:`_set_rope_field`, and ``num_hidden_layers`` /
+        ``layer_types: null`` re-derive the default layer pattern when
+        config.json gave no ``layer_types``. An explicitly given
+        ``layer_types`` is kept as it is, so a length mismatch is still
+        refused by :meth:`_check_fields`."""
+        if self.__dict__.get(_ROPE_GIVEN) is None:
+            super().__setattr__(name, value)  # still being built
+            return
+        if name in ROPE_FIELDS:
+            self._set_rope_field(name, value)
+        elif name == "layer_types":
+            derived = value is None and is_positive_int(self.num_hidden_layers)
+            super().__setattr__(
+                name, default_layer_types(self.num_hidden_layers) if derived else value
+            )
+            self.__dict__[_LAYER_TYPES_DERIVED] = derived
+        else:
+            super().__setattr__(name, value)
+            if (
+                name == "num_hidden_layers"
+                and self.__dict__.get(_LAYER_TYPES_DERIVED)
+                and is_positive_int(value)
+            ):
+                super().__setattr__("layer_types", default_layer_types(value))
 
     # -- RoPE ---------------------------------------------------------------
 
@@ -244,37 +319,49 @@ class Spark2_5Config(PreTrainedConfig):
                 else legacy_scaling
             ),
             "rope_theta": kwargs.pop("rope_theta", None),
+            "original_max_position_embeddings": kwargs.pop(
+                "original_max_position_embeddings", None
+            ),
             "assigned": [],
         }
-        self.rope_parameters = normalize_rope_parameters(
-            given["rope_parameters"], given["rope_theta"], self.max_position_embeddings
-        )
+        self.rope_parameters = self._normalized_rope(given)
+        if given["original_max_position_embeddings"] is not None:
+            # Kept as an attribute too: vLLM reads it for the default context
+            # length of longrope, and it is saved back as it was given.
+            self.original_max_position_embeddings = given[
+                "original_max_position_embeddings"
+            ]
         self.__dict__[_ROPE_GIVEN] = given
         return kwargs
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def _normalized_rope(self, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return normalize_rope_parameters(
+            given["rope_parameters"],
+            given["rope_theta"],
+            self.max_position_embeddings,
+            # .get: a record pickled before this key existed has none.
+            given.get("original_max_position_embeddings"),
+        )
+
+    def _set_rope_field(self, name: str, value: Any) -> None:
         """A RoPE field assigned to a loaded config (vLLM applies
         ``--hf-overrides`` so) is read as config.json's would be:
         ``rope_parameters`` or ``rope_scaling`` (Transformers' other name for
         it) replaces the given RoPE settings, ``rope_theta`` the legacy
-        top-level theta, and the result is normalised at once, before vLLM
-        reads it."""
-        given = self.__dict__.get(_ROPE_GIVEN)
-        if given is None or name not in ROPE_FIELDS:
-            super().__setattr__(name, value)  # still being built, or no RoPE field
-            return
-        if name != "rope_theta" and value == self.rope_parameters:
+        top-level theta, ``original_max_position_embeddings`` the legacy
+        top-level pretraining length (kept as an attribute too), and the
+        result is normalised at once, before vLLM reads it."""
+        given = self.__dict__[_ROPE_GIVEN]
+        if name in ("rope_parameters", "rope_scaling") and value == (
+            self.rope_parameters
+        ):
             # Transformers' ``standardize_rope_params`` re-assigns the dict.
             super().__setattr__("rope_parameters", value)
             return
-        key = "rope_theta" if name == "rope_theta" else "rope_parameters"
+        key = "rope_parameters" if name == "rope_scaling" else name
         fields = {**given, key: copy.deepcopy(value)}
         try:
-            per_type = normalize_rope_parameters(
-                fields["rope_parameters"],
-                fields["rope_theta"],
-                self.max_position_embeddings,
-            )
+            per_type = self._normalized_rope(fields)
             for layer_type, entry in per_type.items():
                 self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)
         except ValueError as exc:
@@ -282,7 +369,14 @@ class Spark2_5Config(PreTrainedConfig):
                 f"{exc} (from {name}={value!r} set on the loaded config, e.g. "
                 "by --hf-overrides)"
             ) from None
-        given.update(fields, assigned=[*given["assigned"], name])
+        if name == "original_max_position_embeddings":
+            super().__setattr__(name, value)
+        # A new record, never an update in place: a shallow copy of the config
+        # (copy.copy) shares the record's object, and must not see this.
+        self.__dict__[_ROPE_GIVEN] = {
+            **fields,
+            "assigned": [*given["assigned"], name],
+        }
         super().__setattr__("rope_parameters", per_type)
 
     def _check_rope_assignments(self) -> None:
@@ -298,10 +392,7 @@ class Spark2_5Config(PreTrainedConfig):
             return
         theta = given["rope_theta"]
         with_theta, without = (
-            normalize_rope_parameters(
-                given["rope_parameters"], t, self.max_position_embeddings
-            )
-            for t in (theta, None)
+            self._normalized_rope({**given, "rope_theta": t}) for t in (theta, None)
         )
         if with_theta == without:
             per_type = {t: {**e, "rope_theta": theta} for t, e in without.items()}
@@ -316,6 +407,7 @@ class Spark2_5Config(PreTrainedConfig):
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
         output.pop(_ROPE_GIVEN, None)  # how the fields were spelled, not a field
+        output.pop(_LAYER_TYPES_DERIVED, None)  # how layer_types came about
         return output
 
     # -- validation -----------------------------------------------------------
@@ -368,12 +460,57 @@ class Spark2_5Config(PreTrainedConfig):
                 "sliding layer sees (a positive integer), or make every layer "
                 f"{FULL}"
             )
+        self._check_top_level_rope_keys()
         for layer_type, entry in self.rope_parameters.items():
             self._check_rope_entry(f"rope_parameters[{layer_type!r}]", entry)
         self._check_rope_assignments()
         for name in ("attention_bias", "attention_output_gate", "tie_word_embeddings"):
             require_bool(name, getattr(self, name))
         self._check_eos_token_id()
+
+    def _check_top_level_rope_keys(self) -> None:
+        """Top-level RoPE keys that Transformers and vLLM would read apart.
+
+        Checked before the per-type entries, so that the message names the key
+        the user wrote rather than the per-type entry vLLM copies it into.
+        """
+        base = getattr(self, ROPE_ALIAS_THETA, None)
+        if base is not None:
+            raise ValueError(
+                f"{ROPE_ALIAS_THETA}={base!r}: Spark2_5 does not read this key "
+                "(Transformers, the reference and the DSpark tools ignore it, "
+                "while vLLM would apply it as the RoPE theta of every layer "
+                "type, so the served model would differ from theirs). Write it "
+                "as rope_theta instead (it fills in every layer type's theta "
+                "that rope_parameters leave out), or set rope_theta inside "
+                "rope_parameters"
+            )
+        for key in ROPE_ALIAS_PARTIAL:
+            fraction = getattr(self, key, None)
+            if fraction is not None and fraction != 1:
+                raise ValueError(
+                    f"{key}={fraction!r} would make vLLM rotate only part of each "
+                    "head (it applies it to every layer type's RoPE); Spark2_5 "
+                    "rotates whole heads, as the reference and the DSpark tools "
+                    f"do: remove {key}"
+                )
+        original = getattr(self, "original_max_position_embeddings", None)
+        if original is None:
+            return
+        require_positive_int("original_max_position_embeddings", original)
+        for layer_type, entry in self.rope_parameters.items():
+            own = entry.get("original_max_position_embeddings", original)
+            if entry.get("rope_type") in ROPE_TYPES_WITH_ORIGINAL and own != original:
+                # Transformers' legacy reading lets the top-level value win in
+                # a flat dict, vLLM's default longrope context length follows
+                # it, and the rotation follows the entry: refuse the choice.
+                raise ValueError(
+                    f"original_max_position_embeddings={original!r} (top level) "
+                    f"and rope_parameters[{layer_type!r}]"
+                    f"['original_max_position_embeddings']={own!r} disagree; "
+                    "give the pretraining length once (inside rope_parameters, "
+                    "or only at the top level)"
+                )
 
     def _check_rope_entry(self, name: str, entry: dict[str, Any]) -> None:
         """One layer type's RoPE: a type this model's attention can use, with
