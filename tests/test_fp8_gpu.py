@@ -38,7 +38,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 if __name__ != "__main__":
-    from vllm_helpers import skip_without_gpu_vllm
+    from vllm_helpers import raised_value_error_naming, skip_without_gpu_vllm
 
     pytestmark = [pytest.mark.cuda, pytest.mark.slow]
     skip_without_gpu_vllm()
@@ -367,13 +367,7 @@ def test_a_broken_checkpoint_is_refused_naming_the_tensor(pair, case, tmp_path):
             LLM(str(copy), dtype=DTYPE, quantization=quantization, **ENGINE)
     finally:
         cleanup_dist_env_and_memory()
-    chain, error = [], excinfo.value
-    while error is not None:
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    assert any(isinstance(e, ValueError) and repr(name) in str(e) for e in chain), repr(
-        chain
-    )
+    assert raised_value_error_naming(excinfo.value, repr(name)), repr(excinfo.value)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from vllm_helpers import LLM_KWARGS
+from vllm_helpers import LLM_KWARGS, raised_value_error_naming
 
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
@@ -140,13 +140,9 @@ def test_llm_start_up_fails_on_a_missing_lm_head(tmp_path):
             LLM(str(path), distributed_executor_backend="uni", **LLM_KWARGS)
     finally:
         cleanup_dist_env_and_memory()
-    chain, error = [], excinfo.value
-    while error is not None:
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    assert any(
-        isinstance(e, ValueError) and "'lm_head.weight'" in str(e) for e in chain
-    ), repr(chain)
+    assert raised_value_error_naming(excinfo.value, "'lm_head.weight'"), repr(
+        excinfo.value
+    )
 
 
 # ---------------------------------------------------------------------------

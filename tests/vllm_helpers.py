@@ -214,6 +214,17 @@ def http_status(url: str, timeout: float = 5.0) -> int:
         return response.status
 
 
+def raised_value_error_naming(error: BaseException, text: str) -> bool:
+    """Whether ``error`` or an exception it was raised from (vLLM wraps a
+    failed engine start in its own) is a ``ValueError`` whose message holds
+    ``text``."""
+    while error is not None:
+        if isinstance(error, ValueError) and text in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def log_tail(path: Path, lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
