@@ -63,6 +63,8 @@ collect() {
 case "${1:-}" in
   start)
     [ $# -eq 3 ] || { echo "usage: $0 start NAME 'COMMAND'" >&2; exit 2; }
+    [ -f pyproject.toml ] && [ -d benchmarks ] || {
+      echo "$0 start: run it from the repository root (it copies the cwd)" >&2; exit 2; }
     name=$2 dir=$BG/$2
     if running "$name"; then
       echo "job $name is already running" >&2
@@ -83,6 +85,7 @@ case "${1:-}" in
     ;;
   wait)
     [ $# -eq 2 ] || { echo "usage: $0 wait SECONDS" >&2; exit 2; }
+    [[ $2 =~ ^[0-9]+$ ]] || { echo "$0 wait: SECONDS must be an integer, got '$2'" >&2; exit 2; }
     end=$((SECONDS + $2))
     while jobs_running && [ "$SECONDS" -lt "$end" ]; do sleep 5; done
     progress

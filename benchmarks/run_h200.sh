@@ -81,9 +81,30 @@
 # Logs, JSON and tables go to $OUT (default: out/); the oracle's per-proposal
 # records are packed into one archive per stage. STAGE_TIMEOUT=N stops any
 # single command after N seconds (engines start in 30-60 s each on the H200).
+# After each command (and on exit) the script stops only what it started: the
+# command's process group (`timeout` gives each command one of its own) and
+# the `vllm serve` group that bench_serving_matrix.py recorded during it.
 # Two single-GPU runs can share a two-GPU machine: give each its own
-# CUDA_VISIBLE_DEVICES, OUT and SHARED=1 (then leftovers are not cleaned up).
+# CUDA_VISIBLE_DEVICES, OUT and SERVE_PORT (benchmarks/run_h200_pair.sh).
+#
+#   bash benchmarks/run_h200.sh --help            # this text
 set -uo pipefail
+STAGES="kernel kernel-ab e2e oracle-a oracle-b oracle-tp2 acceptance lora \
+fp8-ckpt serve-tp2 serve-fp8kv profile-c1 draft-ops plugin-ab small-train \
+small-serve fp8kv-profile llama-profile graphs-500 llama-repeat"
+usage() { sed -n '3,/^set -uo pipefail/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+# Every stage name is checked before anything runs (no trap, no $OUT yet).
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  "") echo "usage: run_h200.sh STAGE... (--help lists them); stages: $STAGES" >&2; exit 2 ;;
+esac
+for stage in "$@"; do
+  case " $STAGES " in
+    *" $stage "*) ;;
+    *) echo "run_h200.sh: unknown stage '$stage'; stages: $STAGES" >&2; exit 2 ;;
+  esac
+done
+
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -91,16 +112,42 @@ export PYTHONUNBUFFERED=1
 # workers, and a forked worker cannot initialise CUDA again: spawn them.
 export VLLM_WORKER_MULTIPROC_METHOD=spawn
 status=0
+GROUP_FILE=$(mktemp)  # the process group of the command running now
+# bench_serving_matrix.py's record of the server group it started on these
+# GPUs (its pid_file(): one per CUDA_VISIBLE_DEVICES).
+gpus=${CUDA_VISIBLE_DEVICES-all}
+gpus=${gpus//,/-}
+SERVER_RECORD=/tmp/spark2_5-bench-server-gpu${gpus:-none}.pgid
 
-cleanup() {  # a stage cut short can leave a server or engine holding the GPUs
-  # SHARED=1: another run shares the machine (one GPU each); kill nothing.
-  [ -n "${SHARED:-}" ] && return 0
-  pkill -f "[v]llm serve" 2>/dev/null
-  pkill -f "[V]LLM::" 2>/dev/null  # engine-core and worker processes
-  sleep 2
+stop_group() {  # PGID: TERM, then KILL what is left after 15 s
+  local pg=$1
+  [ -n "$pg" ] && kill -0 -- "-$pg" 2>/dev/null || return 0
+  echo "== stopping what the command left running (process group $pg)"
+  kill -TERM -- "-$pg" 2>/dev/null
+  for _ in $(seq 15); do
+    kill -0 -- "-$pg" 2>/dev/null || return 0
+    sleep 1
+  done
+  kill -KILL -- "-$pg" 2>/dev/null
   return 0
 }
-trap cleanup EXIT
+
+cleanup() {  # a command cut short can leave a server or engine holding the GPUs
+  # Only processes this script started: the command's own process group...
+  stop_group "$(cat "$GROUP_FILE" 2>/dev/null)"
+  : > "$GROUP_FILE"
+  # ...and a server group bench_serving_matrix.py recorded during the
+  # command (a new record; its leader, if alive, is `vllm serve`).
+  local server
+  server=$(head -c 20 "$SERVER_RECORD" 2>/dev/null | tr -dc 0-9)
+  if [ -n "$server" ] && [ "$server" != "${server_before:-}" ]; then
+    if [ ! -e "/proc/$server/cmdline" ] || tr '\0' ' ' < "/proc/$server/cmdline" | grep -q vllm; then
+      stop_group "$server"
+    fi
+  fi
+  return 0
+}
+trap 'cleanup; rm -f "$GROUP_FILE"' EXIT
 
 run() {  # name, command...: log to $OUT/name.log, remember a failure
   local name=$1
@@ -108,7 +155,12 @@ run() {  # name, command...: log to $OUT/name.log, remember a failure
   echo "== $name: $*"
   # STAGE_TIMEOUT (seconds, 0 = none) stops one command, not the whole call,
   # so a slow stage still leaves its log and the next stage a free GPU.
-  timeout --kill-after=15 "${STAGE_TIMEOUT:-0}" "$@" 2>&1 | tee "$OUT/$name.log" | tail -25
+  server_before=$(head -c 20 "$SERVER_RECORD" 2>/dev/null | tr -dc 0-9)
+  # `timeout` moves itself (this subshell's pid, after exec) into a new process
+  # group, which the command's children join: cleanup stops that group.
+  { echo "$BASHPID" > "$GROUP_FILE"
+    exec timeout --kill-after=15 "${STAGE_TIMEOUT:-0}" "$@"; } 2>&1 \
+    | tee "$OUT/$name.log" | tail -25
   local rc=${PIPESTATUS[0]}
   cleanup
   echo "== $name: exit $rc"
@@ -144,6 +196,7 @@ profile() {  # stage name, label, checkpoint, profile_decode.py options: offline
 serve() {  # name, extra `vllm serve` flags: decode shape, c=1 and 64 ($SERVE_MODES)
   tiny_checkpoint
   mkdir -p "$OUT/serve-$1"
+  # shellcheck disable=SC2086  # mode list
   run "serve-$1" python3 benchmarks/bench_serving_matrix.py /tmp/tiny \
     --work-dir "/tmp/matrix-$1" --report-dir "$OUT/serve-$1" \
     --modes ${SERVE_MODES:-baseline dspark} --shapes decode --concurrencies 1 64 \
@@ -246,7 +299,7 @@ for stage in "$@"; do
       # Each older plugin in its own folder, put first on the path in place
       # of this one (the install puts this one first: /tmp/project-site).
       sides=(current)
-      declare -A side_path=([current]=$PYTHONPATH)
+      declare -A side_path=([current]=${PYTHONPATH:-})
       for tree in "${trees[@]}"; do
         side=$(basename "$tree")
         rm -rf "/tmp/project-$side"
@@ -331,7 +384,7 @@ for stage in "$@"; do
       done
       ;;
     llama-repeat)
-      [ -d /tmp/small-llama ] || small_train
+      { [ -d /tmp/small-llama ] && [ -d /tmp/small-dspark ]; } || small_train
       tag=${LLAMA_TAG:-1}
       mkdir -p "$OUT/llama-$tag"
       # shellcheck disable=SC2086  # mode list
@@ -348,7 +401,6 @@ for stage in "$@"; do
         "c64-${LLAMA_PROFILE}" "$ckpt" --concurrency 64 --input-len 1525 \
         --output-len 400
       ;;
-    *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done
 exit $status

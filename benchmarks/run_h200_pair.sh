@@ -6,8 +6,8 @@
 #   bash benchmarks/run_h200_pair.sh "fp8-ckpt serve-fp8kv" "acceptance oracle-b"
 #
 # Each list runs with its own CUDA_VISIBLE_DEVICES, OUT=$OUT/gpu0|gpu1 and
-# SHARED=1 (neither cleans up the other's processes) and its own server port
-# (SERVE_PORT 8000 / 8100); exits non-zero if either list failed.
+# server port (SERVE_PORT 8000 / 8100); neither stops the other's processes
+# (run_h200.sh stops only what it started); exits non-zero if either failed.
 #
 # For correctness stages only: the two lists share the host's CPUs, and an
 # engine starting on one GPU (compile, graph capture) slows a CPU-bound
@@ -22,7 +22,7 @@ for gpu in 0 1; do
   shift
   mkdir -p "$OUT/gpu$gpu"
   # shellcheck disable=SC2086  # a stage list is split into stage names
-  CUDA_VISIBLE_DEVICES=$gpu SHARED=1 OUT="$OUT/gpu$gpu" SERVE_PORT=$((8000 + 100 * gpu)) \
+  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/gpu$gpu" SERVE_PORT=$((8000 + 100 * gpu)) \
     bash "$here/run_h200.sh" $stages > "$OUT/gpu$gpu/run.txt" 2>&1 &
   pids+=($!)
 done
