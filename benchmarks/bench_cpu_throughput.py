@@ -131,9 +131,13 @@ def run(path: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds of the models (>= 1)"
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     with tempfile.TemporaryDirectory() as tmp:
         models = make_checkpoints(Path(tmp))
         samples = {name: [] for name in models}

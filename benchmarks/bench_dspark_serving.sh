@@ -14,7 +14,9 @@
 # Environment knobs (defaults in brackets):
 #   PORT [8000]  NUM_PROMPTS [= MAX_CONCURRENCY]  MAX_CONCURRENCY [500]
 #   INPUT_LEN [1525]  OUTPUT_LEN [127]  NUM_SPEC_TOKENS [the checkpoint's
-#   dspark_block_size]  TP [1]  TEMPERATURE [0]  RESULT_DIR [benchmarks/results]
+#   dspark_block_size]  TP [1]  TEMPERATURE [0]  RESULT_DIR [a run folder of
+#   its own, benchmarks/results/dspark-serving-YYYY-MM-DD-HHMMSS (UTC): the
+#   matrix's work files (points/, raw/, server logs) and its report]
 #   SERVE_ARGS [extra `vllm serve` flags]  STARTUP_TIMEOUT [1800] seconds
 #   PYTHON [python3]
 set -euo pipefail
@@ -24,7 +26,7 @@ MODE=${2:-both}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-500}
 TP=${TP:-1}
-RESULT_DIR=${RESULT_DIR:-benchmarks/results}
+RESULT_DIR=${RESULT_DIR:-$HERE/results/dspark-serving-$(date -u +%Y-%m-%d-%H%M%S)}
 
 case "$MODE" in
   both) MODES=(baseline dspark) ;;

@@ -1048,7 +1048,11 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description="Fixed-history attention kernel vs gather + SDPA/Flex (CUDA)."
     )
-    ap.add_argument("--shapes", default=None, help="indices into SHAPES, e.g. 0,3")
+    ap.add_argument(
+        "--shapes",
+        default=None,
+        help="indices into SHAPES (with --smoke: into the smoke shapes), e.g. 0,3",
+    )
     ap.add_argument(
         "--kv-dtypes",
         nargs="+",
@@ -1120,7 +1124,43 @@ def parse_args(argv=None):
         help="tiny shapes (also on CPU with TRITON_INTERPRET=1; the bf16 rows "
         "then use float16)",
     )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    # Checked before anything is timed (each of these raised a traceback
+    # after the bandwidth measurement).
+    shapes = SMOKE_SHAPES if args.smoke else SHAPES
+    if args.shapes is not None:
+        indices = args.shapes.split(",")
+        if not all(i.strip().isdigit() and int(i) < len(shapes) for i in indices):
+            ap.error(
+                f"--shapes {args.shapes}: comma-separated indices 0..{len(shapes) - 1}"
+                f" into the {'smoke ' if args.smoke else ''}shapes"
+            )
+    if args.baseline_kernel and not Path(args.baseline_kernel).is_file():
+        ap.error(f"--baseline-kernel {args.baseline_kernel}: no such file")
+    if args.flush not in ("zero", "clean"):  # a default from the environment
+        ap.error(f"SPARK2_5_BENCH_FLUSH={args.flush}: use zero or clean")
+    if DEVICE == "cpu" and not (args.smoke and _interpreted()):
+        print(
+            f"{ap.prog}: no CUDA device: this benchmark needs a GPU; on CPU only "
+            "--smoke with TRITON_INTERPRET=1 runs",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return args
+
+
+def _interpreted():
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+#: --smoke's tiny shapes. The third has 64-row tiles (8 queries x 8 heads):
+#: with --sweep and an fp8 cache it exercises the fp8 tensor-core plans too.
+SMOKE_SHAPES = [
+    (2, 100, 4, 40, 4, 2, 32),
+    (3, 20, 2, 64, 2, 2, 32),
+    (2, 60, 8, 40, 16, 2, 32),
+]
 
 
 def main():
@@ -1131,14 +1171,7 @@ def main():
         BASELINE = load_kernels(args.baseline_kernel)
     if args.smoke:
         DTYPE = torch.float16  # bf16 is broken under the Triton interpreter
-        # The third has 64-row tiles (8 queries x 8 heads): with --sweep and
-        # an fp8 cache it exercises the fp8 tensor-core plans too.
-        SHAPES = [
-            (2, 100, 4, 40, 4, 2, 32),
-            (3, 20, 2, 64, 2, 2, 32),
-            (2, 60, 8, 40, 16, 2, 32),
-        ]
-        args.shapes = "0,1,2"
+        SHAPES = SMOKE_SHAPES  # --shapes then picks among these
     if args.shapes is None:
         args.shapes = ",".join(str(i) for i in range(len(SHAPES)))
     kv_dtypes = [d for d in KV_DTYPES if d in args.kv_dtypes]

@@ -27,15 +27,24 @@ print("MS", (time.perf_counter() - t) * 1000)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=15)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--runs", type=int, default=15, help="fresh interpreters timed (>= 1)"
+    )
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be >= 1, got {args.runs}")
     samples = []
     for _ in range(args.runs):
         out = subprocess.run(
-            [sys.executable, "-c", SAMPLE], capture_output=True, text=True, check=True
-        ).stdout
-        samples.append(float(out.split("MS", 1)[1].split()[0]))
+            [sys.executable, "-c", SAMPLE], capture_output=True, text=True
+        )
+        if out.returncode:  # the child's own error (e.g. the plugin's import)
+            raise SystemExit(
+                f"bench_register.py: a sample failed (exit {out.returncode}):\n"
+                + out.stderr[-3000:]
+            )
+        samples.append(float(out.stdout.split("MS", 1)[1].split()[0]))
     samples.sort()
     p90 = samples[min(len(samples) - 1, int(0.9 * len(samples)))]
     print(describe())

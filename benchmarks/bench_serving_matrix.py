@@ -332,18 +332,31 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
+#: A vLLM log line's prefix: level, date, time, [file:line].
+_LOG_PREFIX = re.compile(r"(ERROR|CRITICAL) \S+ \S+ \[[^\]]*\] ?")
+
+
 def failure_reason(log: Path, lines: int = 400) -> str:
     """The error lines at the end of a server log (exception messages, the
-    plugin's and vLLM's refusals), without the log prefixes and warnings."""
+    plugin's and vLLM's refusals), without the log prefixes and warnings:
+    the first exception message (the root cause: a worker's error comes
+    before the engine's and the API server's re-raises of it), then the last
+    three error lines."""
     tail = log.read_text(errors="replace").splitlines()[-lines:]
-    errors = []
+    errors, exceptions = [], []
     for line in tail:
-        text = re.sub(r"^\(\w+ pid=\d+\)\s*", "", line).strip()
+        text = re.sub(r"^\([\w.-]+ pid=\d+\)\s*", "", line).strip()
         if re.match(r"(INFO|WARNING|DEBUG) ", text) or text.startswith("File "):
             continue
+        prefix = _LOG_PREFIX.match(text)
+        body = text[prefix.end() :] if prefix else text
+        if prefix and (body[:1].isspace() or body.startswith(("File ", "Traceback"))):
+            continue  # a logged traceback's frames
+        if re.match(r"[\w.]+(Error|Exception)\b", body):
+            exceptions.append(body)
         if re.match(r"([\w.]+(Error|Exception)\b|Value error|ERROR )", text):
             errors.append(text)
-    reason = " | ".join(dict.fromkeys(errors[-3:]))
+    reason = " | ".join(dict.fromkeys(exceptions[:1] + errors[-3:]))
     return reason[:1500] if reason else " | ".join(tail[-3:])[:1500]
 
 
@@ -946,8 +959,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="keep vLLM's prefix caching on (off by default: random prompts can "
         "repeat across points and would hit the cache)",
     )
-    p.add_argument("--serve-args", default="", help="extra `vllm serve` flags")
-    p.add_argument("--bench-args", default="", help="extra `vllm bench serve` flags")
+    p.add_argument(
+        "--serve-args",
+        default="",
+        help="extra `vllm serve` flags, one string; a value that starts with "
+        "`--` only as --serve-args=--flag or --serve-args='--a 1 --b'",
+    )
+    p.add_argument(
+        "--bench-args",
+        default="",
+        help="extra `vllm bench serve` flags, one string; a value that starts "
+        "with `--` only as --bench-args=--flag",
+    )
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="server env"
     )
@@ -969,15 +992,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     args = p.parse_args(argv)
+    # Every input is checked here, before a folder is made or a server starts.
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if any(c < 1 for c in args.concurrencies):
+        p.error(f"--concurrencies must be at least 1, got {args.concurrencies}")
+    if args.num_prompts is not None and args.num_prompts < 1:
+        p.error(f"--num-prompts must be at least 1, got {args.num_prompts}")
+    if not (args.checkpoint / "config.json").is_file():
+        p.error(f"checkpoint {args.checkpoint} has no config.json")
+    for file in args.merge:
+        try:
+            points = json.loads(file.read_text()).get("points")
+        except (OSError, ValueError, AttributeError) as e:
+            p.error(f"--merge {file}: not a matrix.json ({type(e).__name__}: {e})")
+        if not isinstance(points, list):
+            p.error(f"--merge {file}: not a matrix.json (no list of points)")
     args.report_dir = args.report_dir or args.work_dir
     table = dict(SHAPES)
     names = []
     for item in args.shapes:
         name, sep, dims = item.partition("=")
         if sep:
-            n_in, _, n_out = dims.partition(":")
+            n_in, colon, n_out = dims.partition(":")
+            if not (name and colon and n_in.isdigit() and n_out.isdigit()):
+                p.error(f"--shapes {item}: use NAME=IN:OUT (token counts)")
+            if int(n_in) < 1 or int(n_out) < 1:
+                p.error(f"--shapes {item}: token counts must be at least 1")
             table[name] = (int(n_in), int(n_out))
         elif name not in table:
             p.error(f"unknown shape {name!r}; use one of {list(SHAPES)} or NAME=IN:OUT")

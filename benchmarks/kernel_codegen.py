@@ -80,6 +80,8 @@ def main(argv=None):
     ap.add_argument("--q-dtype", choices=("bfloat16", "float16"), default="bfloat16")
     ap.add_argument("--md", help="also write the table here")
     args = ap.parse_args(argv)
+    if args.md and not Path(args.md).resolve().parent.is_dir():
+        ap.error(f"--md {args.md}: no folder {Path(args.md).resolve().parent}")
     header = (
         f"sm_90 code of the default plans, q {args.q_dtype}; Triton "
         f"{triton.__version__}, torch {torch.__version__}; "

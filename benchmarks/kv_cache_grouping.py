@@ -865,12 +865,28 @@ def main() -> None:
         "--layouts", nargs="*", metavar="NAME", help="only these layouts"
     )
     args = parser.parse_args()
+    names = [x.name for x in LAYOUTS]
+    if args.layouts is not None and (
+        not args.layouts or set(args.layouts) - set(names)
+    ):
+        parser.error(f"--layouts {' '.join(args.layouts)}: use some of {names}")
+
+    import datetime
 
     from machine import describe  # benchmarks/machine.py
 
+    import vllm_spark2_5_plugin
+
+    # The tables are vLLM's arithmetic (the same on any machine with these
+    # versions); only --timing measures, on this machine, at this date.
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(
-        f"# KV-cache grouping of Spark2_5 + DSpark\n\n{describe()}; block_size "
-        f"{BLOCK_SIZE}, bf16 cache, LBNHC layout, prefill chunk {PREFILL_CHUNK}"
+        f"# KV-cache grouping of Spark2_5 + DSpark\n\n{describe()}, plugin "
+        f"{vllm_spark2_5_plugin.__version__}; {date}; block_size "
+        f"{BLOCK_SIZE}, bf16 cache, LBNHC layout, prefill chunk {PREFILL_CHUNK}\n\n"
+        "Computed with vLLM's own grouping and KV-cache manager, not measured: "
+        "the tables depend only on the vLLM and plugin versions"
+        + ("; the --timing figures are measured here." if args.timing else ".")
     )
     vllm_config = make_vllm_config()
     summary: list = []

@@ -805,13 +805,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--llm-kwargs", default="{}", help="JSON, extra LLM(...) kwargs")
-    p.add_argument("--serve-args", default="", help="extra `vllm serve` flags")
-    p.add_argument("--bench-args", default="", help="extra `vllm bench serve` flags")
+    p.add_argument(
+        "--serve-args",
+        default="",
+        help="extra `vllm serve` flags, one string; a value that starts with "
+        "`--` only as --serve-args=--flag or --serve-args='--a 1 --b'",
+    )
+    p.add_argument(
+        "--bench-args",
+        default="",
+        help="extra `vllm bench serve` flags, one string; a value that starts "
+        "with `--` only as --bench-args=--flag",
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--child-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    # Checked before a child starts (a missing path read as a hub repo id).
+    if not (args.checkpoint / "config.json").is_file():
+        p.error(f"checkpoint {args.checkpoint} has no config.json")
+    try:
+        if not isinstance(json.loads(args.llm_kwargs), dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        p.error(f"--llm-kwargs: {e}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.log_dir = args.log_dir or args.out
     args.label = args.label or ("dspark" if args.dspark else "baseline")

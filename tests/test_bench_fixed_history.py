@@ -153,3 +153,59 @@ def test_fa3_peer_asks_flash_attention_for_the_fixed_history_rule(shape):
     # must show (the check above can fail).
     wrong = bench.fa3_output(got, shape).view(R, B, nH, D).flip(1).reshape(R * B, nH, D)
     assert not torch.allclose(wrong, want)
+
+
+def _plain(*argv: str, interpret: str = "") -> subprocess.CompletedProcess:
+    """The script with no GPU visible and, unless given, no interpreter."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET=interpret)
+    return subprocess.run(
+        [sys.executable, str(_SCRIPT), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, interpret, message",
+    [
+        # Without a GPU: one line up front, not a RuntimeError from the kernel
+        # after a header and a bandwidth of 0.00 TB/s.
+        (("--shapes", "2", "--kernel-only"), "", "no CUDA device"),
+        (("--smoke", "--kernel-only"), "", "no CUDA device"),
+        # Argument errors, before anything is timed.
+        (("--smoke", "--shapes", "9"), "1", "--shapes 9: comma-separated indices 0..2"),
+        (("--smoke", "--shapes", "x"), "1", "--shapes x: comma-separated indices"),
+        (("--smoke", "--baseline-kernel", "/nonexistent.py"), "1", "no such file"),
+    ],
+)
+def test_refusals_come_up_front_in_one_line(argv, interpret, message):
+    run = _plain(*argv, interpret=interpret)
+    assert run.returncode == 2, (run.stdout + run.stderr)[-3000:]
+    assert message in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""  # no header, no bandwidth measurement
+    if message == "no CUDA device":
+        assert "--smoke with TRITON_INTERPRET=1" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_kernel_codegen_refuses_a_table_file_in_a_missing_folder(tmp_path):
+    """Before the code of every plan is computed, not after."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(_ROOT / "benchmarks" / "kernel_codegen.py"),
+            "--md",
+            str(tmp_path / "missing" / "table.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "--md" in run.stderr and "no folder" in run.stderr, run.stderr
+    assert run.stdout == ""

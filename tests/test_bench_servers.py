@@ -171,8 +171,11 @@ def test_the_report_shows_the_spread_over_repeats(matrix, tmp_path):
         point.update(mode=mode, shape="decode", concurrency=1, num_prompts=5)
         name = matrix.point_name(mode, "decode", 1)
         (work / "points" / f"{name}.json").write_text(matrix.json.dumps(point))
-    args = matrix.parse_args(["/tmp/ckpt", "--work-dir", str(work), "--repeats", "3"])
-    matrix.write_report(args, {"checkpoint": "/tmp/ckpt"}, {}, work)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    args = matrix.parse_args([str(ckpt), "--work-dir", str(work), "--repeats", "3"])
+    matrix.write_report(args, {"checkpoint": str(ckpt)}, {}, work)
     row = next(
         line
         for line in (work / "matrix.md").read_text().splitlines()
@@ -413,3 +416,120 @@ def test_a_server_log_excerpt_keeps_the_warnings_between(matrix):
     assert got[5:-60] == ["...", lines[100], lines[200], "..."]
     # A short log is kept whole.
     assert matrix.log_excerpt(lines[:50]) == lines[:50]
+
+
+@pytest.fixture
+def fake_ckpt(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--merge", "{missing}"], "--merge"),
+        (["--merge", "{not_json}"], "not a matrix.json"),
+        (["--shapes", "toy=32"], "--shapes toy=32: use NAME=IN:OUT"),
+        (["--shapes", "toy=a:16"], "--shapes toy=a:16: use NAME=IN:OUT"),
+        (["--concurrencies", "0"], "--concurrencies must be at least 1"),
+        (["--concurrencies", "-4"], "--concurrencies must be at least 1"),
+        (["--num-prompts", "0"], "--num-prompts must be at least 1"),
+        (["--checkpoint-missing"], "has no config.json"),
+    ],
+)
+def test_the_matrix_checks_its_inputs_up_front(
+    matrix, fake_ckpt, tmp_path, capsys, extra, message
+):
+    """Each refused before a folder is made or a server starts, in one line
+    naming the option (a wrong --merge path failed after the first mode had
+    run; the others raised a traceback)."""
+    (tmp_path / "bad.json").write_text("{not json")
+    files = {"missing": tmp_path / "nope.json", "not_json": tmp_path / "bad.json"}
+    ckpt = str(fake_ckpt)
+    if extra == ["--checkpoint-missing"]:
+        ckpt, extra = str(tmp_path / "no-ckpt"), []
+    argv = [ckpt, "--work-dir", str(tmp_path / "w"), "--dry-run"]
+    argv += [a.format(**files) for a in extra]
+    with pytest.raises(SystemExit) as exit_:
+        matrix.parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert ": error: " in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_start_failure_keeps_its_root_cause(matrix, tmp_path):
+    """The worker's own error (here vLLM CPU's memory refusal) comes first in
+    the reason, before the engine's and the API server's re-raises; the last
+    three error lines alone only said "initialization failed"."""
+    prefix = "ERROR 12-05 20:26:08 [multiproc_executor.py:953]"
+    log = tmp_path / "server.log"
+    log.write_text(
+        "\n".join(
+            [
+                f"(VllmWorker-0 pid=6465) {prefix} WorkerProc failed to start.",
+                f"(VllmWorker-0 pid=6465) {prefix} Traceback (most recent call last):",
+                f"(VllmWorker-0 pid=6465) {prefix}     raise ValueError(",
+                f"(VllmWorker-0 pid=6465) {prefix} ValueError: Available memory "
+                "on node 0 (19.88/23.54 GiB) is less than desired",
+                "(EngineCore pid=6439) ERROR 12-05 20:26:10 [core.py:1510] "
+                "EngineCore failed to start.",
+                "    raise e from None",
+                "Exception: WorkerProc initialization failed due to an exception "
+                "in a background process. See stack trace for root cause.",
+                "RuntimeError: Engine core initialization failed. See root cause "
+                "above. Failed core proc(s): {}",
+            ]
+        )
+        + "\n"
+    )
+    reason = matrix.failure_reason(log)
+    assert reason.startswith("ValueError: Available memory on node 0"), reason
+    assert reason.endswith("Failed core proc(s): {}"), reason
+
+
+# -- the CPU benchmarks' argument checks ----------------------------------------
+
+_BENCH = _PATH.parent
+
+
+def _script(name: str, *argv: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(_BENCH / name), *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "name, argv, message",
+    [
+        ("bench_register.py", ["--runs", "0"], "--runs must be >= 1"),
+        ("bench_register.py", ["--runs", "-1"], "--runs must be >= 1"),
+        ("bench_cpu_throughput.py", ["--rounds", "0"], "--rounds must be >= 1"),
+    ],
+)
+def test_a_cpu_benchmark_refuses_no_runs(name, argv, message):
+    """Refused before anything runs (an IndexError, or a StatisticsError after
+    three checkpoints were built)."""
+    done = _script(name, *argv)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_register_benchmark_shows_the_samples_own_error(tmp_path):
+    """A plugin that fails to import: its error, not a CalledProcessError that
+    dropped the child's stderr."""
+    shadow = tmp_path / "vllm_spark2_5_plugin"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text('raise ImportError("a broken plugin")\n')
+    done = _script("bench_register.py", "--runs", "1", PYTHONPATH=str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "ImportError: a broken plugin" in done.stderr, done.stderr
+    assert "CalledProcessError" not in done.stderr
