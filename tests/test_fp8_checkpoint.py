@@ -372,6 +372,62 @@ def test_a_broken_fp8_checkpoint_is_refused_naming_the_tensor(
         assert word in str(excinfo.value), (word, str(excinfo.value))
 
 
+def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
+    pair, world, tmp_path, monkeypatch
+):
+    """An FP8 checkpoint with calibrated KV-cache scales (llm-compressor's
+    ``self_attn.k_scale`` / ``v_scale``). vLLM maps them onto the attention
+    layers with the quantization method's name mappings, which it applies
+    only where the model carries ``quant_config``: a pipeline stage without
+    the LM head (simulated: the only module that carried it) refused them
+    ("no module or parameter named ...self_attn.k_scale"), and so did the
+    draft's own check of its tensor names."""
+    from safetensors.torch import load_file, save_file
+    from vllm_helpers import load_model
+
+    from vllm_spark2_5_plugin.models import spark2_5
+
+    _, dst = pair
+    copy = tmp_path / "kv-scales"
+    shutil.copytree(dst, copy)
+    config = _config(copy)
+    config["quantization_config"]["kv_cache_scheme"] = {
+        "num_bits": 8,
+        "type": "float",
+        "strategy": "tensor",
+        "dynamic": False,
+        "symmetric": True,
+    }
+    (copy / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(copy / "model.safetensors"))
+    layers = [f"model.layers.{i}." for i in range(config["num_hidden_layers"])]
+    layers += [f"{DRAFT_PREFIX}layers.{j}." for j in range(len(DRAFT_LAYER_TYPES))]
+    for prefix in layers:
+        tensors[prefix + "self_attn.k_scale"] = torch.tensor(0.05)
+        tensors[prefix + "self_attn.v_scale"] = torch.tensor(0.07)
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+
+    _, _, target, draft = build_dspark_models(copy, 4, dtype="bfloat16")
+    for model in (target, draft):
+        attn = model.model.layers[0].self_attn.attn
+        assert float(attn._k_scale) == pytest.approx(0.05), type(model)
+        assert float(attn._v_scale) == pytest.approx(0.07), type(model)
+
+    real = spark2_5.get_pp_group
+
+    class FirstOfTwoStages:
+        is_first_rank, is_last_rank = True, False
+
+        def __getattr__(self, name):
+            return getattr(real(), name)
+
+    monkeypatch.setattr(spark2_5, "get_pp_group", FirstOfTwoStages)
+    stage = load_model(copy, dtype="bfloat16")
+    assert type(stage.lm_head).__name__ == "PPMissingLayer"
+    attn = stage.model.layers[0].self_attn.attn
+    assert float(attn._k_scale) == pytest.approx(0.05)
+
+
 # -- served by vLLM (CPU build) ---------------------------------------------------
 
 

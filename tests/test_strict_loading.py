@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from vllm_helpers import LLM_KWARGS, raised_value_error_naming
+from vllm_helpers import LLM_KWARGS, load_model, raised_value_error_naming
 
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
 
@@ -85,38 +85,9 @@ def build(
 ) -> torch.nn.Module:
     """The target (or the DSpark draft) of ``path``, loaded by ``get_model``
     (with ``quantization``: vLLM's online quantization of it)."""
-    from vllm.config import (
-        ModelConfig,
-        ParallelConfig,
-        SpeculativeConfig,
-        VllmConfig,
-        set_current_vllm_config,
-    )
-    from vllm.model_executor.model_loader import get_model
-
-    model_config = ModelConfig(
-        model=str(path),
-        # The CPU build's int8 method takes 16-bit activations only.
-        dtype="bfloat16" if quantization else "float32",
-        max_model_len=256,
-        enforce_eager=True,
-        quantization=quantization,
-    )
-    parallel = ParallelConfig()
-    vllm_config = VllmConfig(model_config=model_config, parallel_config=parallel)
-    if draft:
-        # Attached after validation: VllmConfig refuses DSpark on CPU.
-        vllm_config.speculative_config = SpeculativeConfig(
-            method="dspark",
-            num_speculative_tokens=4,
-            target_model_config=model_config,
-            target_parallel_config=parallel,
-        )
-        model_config = vllm_config.speculative_config.draft_model_config
-    with set_current_vllm_config(vllm_config), pytest.MonkeyPatch.context() as mp:
-        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
-        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
-        return get_model(vllm_config=vllm_config, model_config=model_config)
+    # The CPU build's int8 method takes 16-bit activations only.
+    dtype = "bfloat16" if quantization else "float32"
+    return load_model(path, draft=draft, dtype=dtype, quantization=quantization)
 
 
 def message(excinfo: pytest.ExceptionInfo) -> str:

@@ -52,6 +52,44 @@ def run_llm(
     return outputs, metrics
 
 
+def load_model(path: Path, draft: bool = False, **model_kwargs):
+    """The target (or, ``draft``, the DSpark draft) of ``path``, built and
+    loaded by vLLM's ``get_model`` on CPU (float32, eager unless
+    ``model_kwargs`` say otherwise), as its worker does. Needs the
+    single-process distributed world initialised."""
+    import pytest
+    import torch
+    from vllm.config import (
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.model_loader import get_model
+
+    model_config = ModelConfig(
+        model=str(path),
+        **{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}
+        | model_kwargs,
+    )
+    parallel = ParallelConfig()
+    vllm_config = VllmConfig(model_config=model_config, parallel_config=parallel)
+    if draft:
+        # Attached after validation: VllmConfig refuses DSpark on CPU.
+        vllm_config.speculative_config = SpeculativeConfig(
+            method="dspark",
+            num_speculative_tokens=4,
+            target_model_config=model_config,
+            target_parallel_config=parallel,
+        )
+        model_config = vllm_config.speculative_config.draft_model_config
+    with set_current_vllm_config(vllm_config), pytest.MonkeyPatch.context() as mp:
+        # The CPU worker patches this out too (vllm/v1/worker/cpu/shm.py).
+        mp.setattr(torch.accelerator, "empty_cache", lambda *a, **k: None)
+        return get_model(vllm_config=vllm_config, model_config=model_config)
+
+
 def build_dspark_models(
     path: Path,
     num_speculative_tokens: int,

@@ -352,6 +352,12 @@ class Spark2_5Model(nn.Module, EagleModelMixin):
         cache_config = vllm_config.cache_config
         quant_config = vllm_config.quant_config
         self.config = config
+        # vLLM's AutoWeightsLoader applies the quantization method's checkpoint
+        # name mappings (KV-cache scales onto the attention layer, GPTQ's g_idx
+        # dropped) only when the model or a direct child carries quant_config:
+        # without it, a pipeline stage without the LM head refused such
+        # checkpoints ("no module or parameter named ...self_attn.k_scale").
+        self.quant_config = quant_config
         pp_group = get_pp_group()
 
         if (

@@ -105,6 +105,9 @@ class Spark2_5DSparkModel(nn.Module):
         self.settings = settings
         cache_config = vllm_config.cache_config
         quant_config = vllm_config.quant_config
+        # For vLLM's AutoWeightsLoader: it applies the quantization method's
+        # checkpoint name mappings only where it finds quant_config.
+        self.quant_config = quant_config
         hidden = config.hidden_size
         num_aux = len(settings.target_layer_ids)
 
@@ -374,7 +377,13 @@ class Spark2_5DSparkForCausalLM(nn.Module):
                     PLUGIN_NAME,
                 )
                 continue
-            if self.hf_to_vllm_mapper.map_name(name) not in params:
+            # A quantised draft's tensors carry the method's own names (KV-cache
+            # scales, GPTQ's g_idx), which vLLM's loader maps or drops with
+            # the method's mappings; only an unquantised one is judged here.
+            if (
+                self.model.quant_config is None
+                and self.hf_to_vllm_mapper.map_name(name) not in params
+            ):
                 raise ValueError(
                     f"DSpark draft tensor {ckpt_name!r} has no matching parameter; "
                     + (
