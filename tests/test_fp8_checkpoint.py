@@ -317,6 +317,9 @@ def test_dspark_draft_loads_from_the_fp8_checkpoint(pair, world):
 #: without the plugin's checks of quantised loads, each of these served
 #: token 0 with NaN logprobs (or other tokens) without a word.
 UP_SCALE = "model.layers.0.mlp.up_proj.weight_scale"
+Q_WEIGHT = "model.layers.0.self_attn.q_proj.weight"
+Q_BIAS = "model.layers.0.self_attn.q_proj.bias"
+FP8 = torch.float8_e4m3fn
 K_WEIGHT = "model.layers.1.self_attn.k_proj.weight"
 BROKEN_FP8 = {
     "no-up_proj-weight_scale": (
@@ -346,6 +349,23 @@ BROKEN_FP8 = {
         ),
         ["NaN or infinite", "'model.layers.1.self_attn.qkv_proj.weight'"],
     ),
+    # The weight loader cut the 8 extra rows off without a word.
+    "q_proj-with-extra-rows": (
+        lambda t: t.update({Q_WEIGHT: torch.cat([t[Q_WEIGHT], t[Q_WEIGHT][:8]])}),
+        [f"'{Q_WEIGHT}'", "has shape (136, 64)", "num_attention_heads*head_dim"],
+    ),
+    # vLLM's loader skips a bias without a parameter (GPTQ exports carry zero
+    # ones, which pass); one with values would be lost.
+    "a-bias-with-values-without-attention_bias": (
+        lambda t: t.update({Q_BIAS: torch.ones(128, dtype=torch.bfloat16)}),
+        [f"'{Q_BIAS}'", "attention_bias: true"],
+    ),
+    # The LM head is left out of the quantization: FP8 codes there were
+    # served as numbers (absmax 416 where the head's is about 2).
+    "an-unquantised-layer-in-fp8-codes": (
+        lambda t: t.update({"lm_head.weight": t["lm_head.weight"].to(FP8)}),
+        ["'lm_head.weight'", "its layer is not quantised"],
+    ),
     "a-draft-tensor-missing": (
         lambda t: t.pop(DRAFT_PREFIX + "main_norm.weight"),
         ["lacks DSpark draft weights", f"'{DRAFT_PREFIX}main_norm.weight'"],
@@ -370,6 +390,23 @@ def test_a_broken_fp8_checkpoint_is_refused_naming_the_tensor(
         build_dspark_models(copy, 4)
     for word in words:
         assert word in str(excinfo.value), (word, str(excinfo.value))
+
+
+def test_zero_biases_of_a_quantised_checkpoint_load(pair, world, tmp_path):
+    """GPTQ exports carry a zero bias for every linear layer; vLLM skips
+    them, and so must the checks (a bias with values is refused above)."""
+    from safetensors.torch import load_file, save_file
+
+    _, dst = pair
+    copy = tmp_path / "zero-biases"
+    shutil.copytree(dst, copy)
+    tensors = load_file(str(copy / "model.safetensors"))
+    for name in [n for n in tensors if n.endswith("_proj.weight")]:
+        rows = tensors[name].shape[0]
+        tensors[name.removesuffix("weight") + "bias"] = torch.zeros(rows)
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    _, _, target, _ = build_dspark_models(copy, 4)
+    assert not any(name.endswith(".bias") for name, _ in target.named_parameters())
 
 
 def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(

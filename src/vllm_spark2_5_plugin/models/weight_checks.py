@@ -81,6 +81,10 @@ FP8_NONFINITE_BITS = {
     torch.float8_e5m2: (0x7C, 0x7C),
 }
 WIDE_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: Codes a quantisation method stores in the weight's own shape (FP8, int8):
+#: shape-checked like float weights. Packed codes (4-bit pairs in uint8,
+#: int32 words) take the method's shapes.
+SHAPE_KEEPING_CODES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 #: Tensors a checkpoint may carry for some fused shards only: the KV-cache
 #: scales of k_proj / v_proj (``output_scale``, ``k_scale``...), which vLLM
 #: maps onto the attention layer, and biases (checked by name instead).
@@ -348,6 +352,7 @@ class WeightCheck:
         self.seen: set[str] = set()
         #: Every tensor name this load carried (a quantised model's names).
         self.streamed: set[str] = set()
+        self._modules: dict[str, nn.Module] | None = None
 
     def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
         """Raise unless a listed tensor has its expected shape and dtype and
@@ -357,24 +362,36 @@ class WeightCheck:
         shown = shown or self.shown(name)
         expected = self.expected.get(name)
         if expected is None:
-            # A quantised checkpoint has names of its own (and GPTQ exports
-            # carry zero biases vLLM skips); only an unquantised one is judged.
-            why = None if quantised or self.unlisted is None else self.unlisted(name)
+            # A quantised checkpoint has names of its own, and GPTQ exports
+            # carry a zero bias for every linear layer, which vLLM skips; a
+            # bias with values is refused as in an unquantised checkpoint.
+            why = None if self.unlisted is None else self.unlisted(name)
+            if quantised and not (name.endswith(".bias") and tensor.any()):
+                why = None
             if why is not None:
                 raise ValueError(self._tensor_error(shown, why))
             return
         if not tensor.is_floating_point() or tensor.dtype in FP8_NONFINITE_BITS:
-            if quantised:
-                return  # the method's own codes under the plain name (FP8, int8)
-            # A float parameter would take the codes' values as numbers,
-            # unscaled.
-            raise ValueError(
-                self._tensor_error(
-                    shown,
-                    f"has dtype {tensor.dtype}; an unquantised checkpoint holds "
-                    f"16- or 32-bit floating-point weights ({NO_QUANTIZATION_CONFIG})",
+            if quantised and self._quantised_layer(name):
+                if tensor.dtype not in SHAPE_KEEPING_CODES:
+                    return  # packed codes (4-bit in uint8): the method's shape
+            else:
+                # A float parameter would take the codes' values as numbers,
+                # unscaled.
+                raise ValueError(
+                    self._tensor_error(
+                        shown,
+                        f"has dtype {tensor.dtype}; "
+                        + (
+                            "its layer is not quantised (the quantization_config "
+                            "leaves it out), so it needs 16- or 32-bit "
+                            "floating-point weights"
+                            if quantised
+                            else "an unquantised checkpoint holds 16- or 32-bit "
+                            f"floating-point weights ({NO_QUANTIZATION_CONFIG})"
+                        ),
+                    )
                 )
-            )
         found = tuple(tensor.shape)
         if found != expected.shape:
             raise ValueError(self._shape_error(shown, found, expected))
@@ -388,6 +405,19 @@ class WeightCheck:
                 )
             )
         self.seen.add(name)
+
+    def _quantised_layer(self, name: str) -> bool:
+        """Whether the module that checkpoint tensor ``name`` loads into has
+        a quantisation method (an ``ignore``d layer of a quantised model, a
+        norm or an unquantised embedding has none)."""
+        if self._modules is None:
+            self._modules = dict(self.model.named_modules())
+        mapped = self.mapper.map_name(name)
+        module = self._modules.get(mapped.rpartition(".")[0]) if mapped else None
+        method = getattr(module, "quant_method", None)
+        return method is not None and not type(method).__name__.startswith(
+            "Unquantized"
+        )
 
     def watch(
         self, weights: Iterable[tuple[str, torch.Tensor]]
