@@ -450,16 +450,24 @@ def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
         assert float(attn._k_scale) == pytest.approx(0.05), type(model)
         assert float(attn._v_scale) == pytest.approx(0.07), type(model)
 
-    real = spark2_5.get_pp_group
+    from vllm.distributed import parallel_state
+
+    real = parallel_state.get_pp_group
 
     class FirstOfTwoStages:
-        is_first_rank, is_last_rank = True, False
+        """The first of two pipeline stages: layers 0-1 here, 2-3 and the
+        LM head on the other (whose FP8 tensors this stage must skip)."""
+
+        is_first_rank, is_last_rank, rank_in_group, world_size = True, False, 0, 2
 
         def __getattr__(self, name):
             return getattr(real(), name)
 
     monkeypatch.setattr(spark2_5, "get_pp_group", FirstOfTwoStages)
+    monkeypatch.setattr(parallel_state, "get_pp_group", FirstOfTwoStages)
     stage = load_model(copy, dtype="bfloat16")
+    kinds = [type(layer).__name__ for layer in stage.model.layers]
+    assert kinds[2:] == ["PPMissingLayer"] * 2, kinds
     assert type(stage.lm_head).__name__ == "PPMissingLayer"
     attn = stage.model.layers[0].self_attn.attn
     assert float(attn._k_scale) == pytest.approx(0.05)

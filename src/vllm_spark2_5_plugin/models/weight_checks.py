@@ -372,7 +372,7 @@ class WeightCheck:
                 raise ValueError(self._tensor_error(shown, why))
             return
         if not tensor.is_floating_point() or tensor.dtype in FP8_NONFINITE_BITS:
-            if quantised and self._quantised_layer(name):
+            if quantised and self._quantised_layer(name) is not False:
                 if tensor.dtype not in SHAPE_KEEPING_CODES:
                     return  # packed codes (4-bit in uint8): the method's shape
             else:
@@ -406,14 +406,18 @@ class WeightCheck:
             )
         self.seen.add(name)
 
-    def _quantised_layer(self, name: str) -> bool:
+    def _quantised_layer(self, name: str) -> bool | None:
         """Whether the module that checkpoint tensor ``name`` loads into has
         a quantisation method (an ``ignore``d layer of a quantised model, a
-        norm or an unquantised embedding has none)."""
+        norm or an unquantised embedding has none); ``None`` where this rank
+        has no such module (a layer of another pipeline stage, whose tensors
+        the loader skips)."""
         if self._modules is None:
             self._modules = dict(self.model.named_modules())
         mapped = self.mapper.map_name(name)
         module = self._modules.get(mapped.rpartition(".")[0]) if mapped else None
+        if module is None:
+            return None
         method = getattr(module, "quant_method", None)
         return method is not None and not type(method).__name__.startswith(
             "Unquantized"
