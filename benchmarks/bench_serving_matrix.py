@@ -901,6 +901,22 @@ def _shape_order(name: str) -> tuple[int, str]:
 # -- command -------------------------------------------------------------------
 
 
+def add_passthrough_arguments(p: argparse.ArgumentParser) -> None:
+    """``--serve-args`` and ``--bench-args`` (also profile_decode.py's)."""
+    p.add_argument(
+        "--serve-args",
+        default="",
+        help="extra `vllm serve` flags, one string; a value that starts with "
+        "`--` only as --serve-args=--flag or --serve-args='--a 1 --b'",
+    )
+    p.add_argument(
+        "--bench-args",
+        default="",
+        help="extra `vllm bench serve` flags, one string; a value that starts "
+        "with `--` only as --bench-args=--flag",
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -959,18 +975,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="keep vLLM's prefix caching on (off by default: random prompts can "
         "repeat across points and would hit the cache)",
     )
-    p.add_argument(
-        "--serve-args",
-        default="",
-        help="extra `vllm serve` flags, one string; a value that starts with "
-        "`--` only as --serve-args=--flag or --serve-args='--a 1 --b'",
-    )
-    p.add_argument(
-        "--bench-args",
-        default="",
-        help="extra `vllm bench serve` flags, one string; a value that starts "
-        "with `--` only as --bench-args=--flag",
-    )
+    add_passthrough_arguments(p)
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="server env"
     )

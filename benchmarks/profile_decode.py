@@ -805,18 +805,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--llm-kwargs", default="{}", help="JSON, extra LLM(...) kwargs")
-    p.add_argument(
-        "--serve-args",
-        default="",
-        help="extra `vllm serve` flags, one string; a value that starts with "
-        "`--` only as --serve-args=--flag or --serve-args='--a 1 --b'",
-    )
-    p.add_argument(
-        "--bench-args",
-        default="",
-        help="extra `vllm bench serve` flags, one string; a value that starts "
-        "with `--` only as --bench-args=--flag",
-    )
+    from bench_serving_matrix import add_passthrough_arguments
+
+    add_passthrough_arguments(p)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--seed", type=int, default=0)
