@@ -41,8 +41,13 @@ the shards fused into one parameter must carry the same tensors (a
 parameter must be loaded except those a checkpoint cannot carry (as vLLM's
 own rule for quantised models: KV-cache scales, online quantisation's
 parameters, empty placeholders), and no parameter may hold NaN or infinity.
-A wide floating-point tensor under a table's name keeps its shape in every
-format, so it is shape-checked as well.
+A tensor under a table's name stored as 16- or 32-bit floats, FP8 or int8
+codes keeps its shape in every format, so it is shape-checked as well; codes
+for a layer the quantization leaves out, and a bias with values the model
+has no parameter for, are refused (GPTQ exports carry zero biases, which
+pass). The models carry ``quant_config`` so that vLLM's loader applies the
+method's own name mappings (KV-cache scales, GPTQ's ``g_idx``) on every
+pipeline stage.
 """
 
 from __future__ import annotations
