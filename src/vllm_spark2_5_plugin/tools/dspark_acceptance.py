@@ -40,6 +40,7 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
     VLLM_DTYPES,
+    VLLM_OPTION_DEFAULTS,
     check_length,
     device_name,
     greedy_continuations,
@@ -160,7 +161,9 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     add("--device", type=device_name, default="cpu")
     add("--dtype", choices=list(DTYPES), default="float32")
     args = parser.parse_args(argv)
-    problem = settle_vllm_options(args, {"vllm_dtype": "auto"})
+    problem = settle_vllm_options(
+        args, {"vllm_dtype": VLLM_OPTION_DEFAULTS["vllm_dtype"]}
+    )
     if problem is not None:
         parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint

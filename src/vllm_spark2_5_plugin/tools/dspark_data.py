@@ -116,6 +116,11 @@ def check_length(
     )
 
 
+#: The vLLM child's options and their defaults (they apply with
+#: --continuations vllm only; the acceptance tool takes the dtype alone).
+VLLM_OPTION_DEFAULTS = {"vllm_gpu_memory_utilization": 0.8, "vllm_dtype": "auto"}
+
+
 def settle_vllm_options(args: Any, defaults: dict[str, Any]) -> str | None:
     """Why options that set how the vLLM child writes the continuations
     (``defaults``: attribute -> default, ``None`` when not given) cannot

@@ -45,6 +45,7 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
     VLLM_DTYPES,
+    VLLM_OPTION_DEFAULTS,
     check_length,
     device_name,
     int_at_least,
@@ -69,10 +70,6 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     output_location_problem,
     overwrite_problem,
 )
-
-#: The vLLM child's options and their defaults (applied with --continuations
-#: vllm only).
-VLLM_OPTION_DEFAULTS = {"vllm_gpu_memory_utilization": 0.8, "vllm_dtype": "auto"}
 
 # -- training --------------------------------------------------------------------------
 
