@@ -648,6 +648,39 @@ def test_from_pretrained_num_hidden_layers_derives_the_layer_types(
     assert "_layer_types_derived" not in config.to_dict()
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"head_dim": 3}, r"head_dim must be even"),
+        ({"num_key_value_heads": 3}, r"divisible by num_key_value_heads \(3\)"),
+        ({"hidden_act": "relu"}, r"hidden_act must be one of"),
+        ({"num_hidden_layers": 8}, r"layer_types has 4 entries"),
+    ],
+)
+@pytest.mark.parametrize("reader", ["Spark2_5Config", "AutoConfig"])
+def test_bad_from_pretrained_keyword_arguments_are_refused(
+    tiny_checkpoint, fields, message, reader
+):
+    """Transformers assigns from_pretrained keyword arguments after the
+    config was built and checked: they were taken without a check
+    (head_dim=3 gave a config whose RoPE cannot be built)."""
+    from transformers import AutoConfig
+
+    import vllm_spark2_5_plugin
+
+    vllm_spark2_5_plugin.register()
+    read = Spark2_5Config if reader == "Spark2_5Config" else AutoConfig
+    with pytest.raises(ValueError, match=message) as info:
+        read.from_pretrained(tiny_checkpoint, **fields)
+    assert "keyword arguments given to from_pretrained" in str(info.value)
+    # Valid ones still apply, and unknown ones come back as Transformers says.
+    config, unused = read.from_pretrained(
+        tiny_checkpoint, rms_norm_eps=1e-5, foo=1, return_unused_kwargs=True
+    )
+    assert config.rms_norm_eps == 1e-5
+    assert unused == {"foo": 1}
+
+
 # ---------------------------------------------------------------------------
 # Copies
 # ---------------------------------------------------------------------------

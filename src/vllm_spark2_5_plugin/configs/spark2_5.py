@@ -404,6 +404,24 @@ class Spark2_5Config(PreTrainedConfig):
                 f'{{"rope_parameters": {json.dumps(per_type)}}}'
             )
 
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> Any:
+        """As Transformers reads a config, then checks the fields again when
+        keyword arguments were given: ``from_pretrained(path, head_dim=64)``
+        assigns them after the config was built (and checked)."""
+        given = bool(kwargs)
+        result = super().from_dict(config_dict, **kwargs)
+        if given:
+            config = result[0] if isinstance(result, tuple) else result
+            try:
+                config._check_fields()
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc} (in the Spark2_5 config with the keyword arguments "
+                    "given to from_pretrained)"
+                ) from None
+        return result
+
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
         output.pop(_ROPE_GIVEN, None)  # how the fields were spelled, not a field
