@@ -729,6 +729,15 @@ def _set_config(**fields):
     return edit
 
 
+def _unset_config(name: str):
+    def edit(path: Path) -> None:
+        raw = json.loads((path / "config.json").read_text())
+        del raw[name]
+        (path / "config.json").write_text(json.dumps(raw))
+
+    return edit
+
+
 SOURCE_REFUSALS = {
     "no-norm": (
         _drop("model.norm.weight"),
@@ -753,6 +762,13 @@ SOURCE_REFUSALS = {
         _resize("model.norm.weight", 65),
         "model.norm.weight in {src}/model.safetensors has shape (65,), but "
         "config.json gives (64,) = (hidden_size)",
+    ),
+    "no-head_dim": (
+        _unset_config("head_dim"),
+        "config.json gives (512, 64) = "
+        "(num_attention_heads*head_dim, hidden_size): the checkpoint and config.json "
+        "disagree; fix whichever is wrong; head_dim is not in config.json: its "
+        "default, 128, applies",
     ),
     "draft-missing": (
         _drop(f"{DRAFT_PREFIX}layers.1.mlp.up_proj.weight"),

@@ -446,3 +446,19 @@ def test_broken_draft_fails_naming_the_tensor(case, world, tmp_path):
         build(path, draft=True)
     for word in words:
         assert word in message(excinfo), (word, message(excinfo))
+
+
+def test_a_shape_error_from_a_defaulted_field_says_so(world, tmp_path):
+    """A config.json without head_dim takes its default (128): the shape
+    error named "config.json" for a field the file does not hold."""
+    path = make_tiny_checkpoint(tmp_path / "no-head_dim")
+    raw = json.loads((path / "config.json").read_text())
+    del raw["head_dim"]
+    (path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError) as excinfo:
+        build(path)
+    text = message(excinfo)
+    assert "the model's config gives" in text, text
+    assert "head_dim = 128 is its default: config.json must set it" in text, text
+    # Fields the mismatch does not involve are not mentioned.
+    assert "hidden_size = " not in text, text

@@ -11,6 +11,8 @@ read the same table.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,50 @@ class Expected:
 
     def describe(self) -> str:
         return f"{self.shape} = ({', '.join(self.fields)})"
+
+    def differing_fields(self, found: tuple[int, ...]) -> list[str]:
+        """The config fields behind the dimensions ``found`` does not match
+        (every field where the number of dimensions differs)."""
+        if len(found) != len(self.shape):
+            dims = self.fields
+        else:
+            dims = tuple(
+                f
+                for f, want, got in zip(self.fields, self.shape, found, strict=True)
+                if want != got
+            )
+        return [name for dim in dims for name in dim.split("*")]
+
+
+def defaults_note(
+    config: Any, fields: Iterable[str], given: Collection[str] | None = None
+) -> str:
+    """``"; head_dim is not in config.json: its default, 128, applies"`` for
+    each of ``fields`` whose value on ``config`` is its config class's
+    default, so a shape error points at a field the user may never have
+    written; ``given`` is config.json's keys where known. ``""`` if none."""
+    if not dataclasses.is_dataclass(config):
+        return ""
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(config)
+        if f.default is not dataclasses.MISSING
+    }
+    notes = []
+    for name in dict.fromkeys(fields):
+        value = getattr(config, name, None)
+        if name not in defaults or value != defaults[name]:
+            continue
+        if given is None:
+            notes.append(
+                f"{name} = {value!r} is its default: config.json must set it "
+                "if the checkpoint was made with another"
+            )
+        elif name not in given:
+            notes.append(
+                f"{name} is not in config.json: its default, {value!r}, applies"
+            )
+    return "".join(f"; {note}" for note in notes)
 
 
 def _expected(*dims: tuple[int, str]) -> Expected:

@@ -63,7 +63,7 @@ from torch import nn
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.utils import WeightsMapper
 
-from vllm_spark2_5_plugin.models.checkpoint_tables import Expected
+from vllm_spark2_5_plugin.models.checkpoint_tables import Expected, defaults_note
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 
 try:  # the method behind vLLM's KV-cache (and query) scales
@@ -458,10 +458,13 @@ class WeightCheck:
         ]
         if len(found) != len(expected.shape):
             why = [f"{len(found)} dimensions instead of {len(expected.shape)}"]
+        note = defaults_note(
+            getattr(self.model, "config", None), expected.differing_fields(found)
+        )
         return self._tensor_error(
             name,
-            f"has shape {found}, but config.json gives {expected.describe()}: "
-            + "; ".join(why),
+            f"has shape {found}, but the model's config gives "
+            f"{expected.describe()}: " + "; ".join(why) + note,
         )
 
     def _sources(self, params: Mapping[str, Any]) -> dict[str, list[str]]:

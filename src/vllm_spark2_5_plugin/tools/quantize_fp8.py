@@ -265,6 +265,7 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
     from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
     from vllm_spark2_5_plugin.models.checkpoint_tables import (
         TARGET_HINTS,
+        defaults_note,
         draft_tensors,
         target_tensors,
     )
@@ -329,6 +330,7 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
                 f"{name} in {where[name]} has shape {shapes[name]}, but "
                 f"config.json gives {want.describe()}: the checkpoint and "
                 "config.json disagree; fix whichever is wrong"
+                + defaults_note(config, want.differing_fields(shapes[name]), raw)
             )
 
 
