@@ -697,3 +697,49 @@ def test_chat_template_tool_calls_parse_back(tmp_path):
     # The tags are single special tokens of the tokenizer.
     for tag in ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_value>"):
         assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
+
+
+def test_string_union_values_parse_back_as_written(tmp_path):
+    """Strings of a parameter that may also be a number, a boolean or null
+    come back as the strings the template wrote, where the text is not that
+    other type's JSON spelling ("00501" came back as 501, "TRUE" as true)."""
+    from transformers import AutoTokenizer
+
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(make_tiny_checkpoint(tmp_path / "ckpt"))
+    tools = [
+        _function(
+            "lookup",
+            {
+                "zip": {"type": ["string", "integer"]},
+                "flag": {"anyOf": [{"type": "string"}, {"type": "boolean"}]},
+                "size": {"type": ["number", "string"]},
+                "label": {"type": ["string", "null"]},
+            },
+        )
+    ]
+    arguments = [
+        {"zip": "00501", "flag": "TRUE", "size": "1e3", "label": "NULL"},
+        {"zip": 501, "flag": True, "size": 1.5, "label": None},
+    ]
+    messages = [
+        {"role": "user", "content": "Look it up."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "lookup", "arguments": a}}
+                for a in arguments
+            ],
+        },
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    turn = rendered.split("<|assistant|>\n", 1)[1]
+    assert "<arg_value>00501</arg_value>" in turn
+    request = make_request(tools)
+    _, calls = run_non_streaming(turn, request)
+    assert [json.loads(a) for _, a in calls] == arguments
+    for size in (1, 3):
+        streamed = run_streaming(split_every(turn, size), request)
+        assert [json.loads(c["arguments"]) for c in streamed.calls] == arguments

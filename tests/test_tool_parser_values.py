@@ -82,6 +82,43 @@ def test_convert_value(raw, schema, expected):
     assert value == expected and type(value) is type(expected)
 
 
+STRING_OR_INTEGER = {"type": ["string", "integer"]}
+STRING_OR_NUMBER = {"anyOf": [{"type": "string"}, {"type": "number"}]}
+STRING_OR_BOOLEAN = {"type": ["boolean", "string"]}
+
+
+@pytest.mark.parametrize(
+    ("raw", "schema", "expected"),
+    [
+        # Where string is an alternative, a scalar converts only from its
+        # JSON spelling (what the chat template writes for that value);
+        # other spellings were converted and could not be written back.
+        ("00501", STRING_OR_INTEGER, "00501"),
+        ("-0", STRING_OR_INTEGER, "-0"),
+        ("501", STRING_OR_INTEGER, 501),
+        (" 501\n", STRING_OR_INTEGER, 501),
+        ("1e3", STRING_OR_NUMBER, "1e3"),
+        ("1.50", STRING_OR_NUMBER, "1.50"),
+        ("1.5", STRING_OR_NUMBER, 1.5),
+        ("2", STRING_OR_NUMBER, 2),
+        ("TRUE", STRING_OR_BOOLEAN, "TRUE"),
+        ("True", STRING_OR_BOOLEAN, "True"),
+        ("true", STRING_OR_BOOLEAN, True),
+        ("NULL", {"type": ["string", "null"]}, "NULL"),
+        # Without a string alternative every exact reading still converts.
+        ("00501", INTEGER, 501),
+        ("TRUE", {"type": "boolean"}, True),
+        ("1e3", {"type": ["number", "null"]}, 1000.0),
+        # An object or array text converts (its spacing is not its value).
+        ('{"a":1}', {"type": ["string", "object"]}, {"a": 1}),
+    ],
+    ids=ascii,
+)
+def test_string_unions_keep_spellings_that_are_not_json(raw, schema, expected):
+    value = convert_value(raw, schema)
+    assert value == expected and type(value) is type(expected)
+
+
 @needs_int_limit
 @pytest.mark.parametrize(
     ("raw", "schema"),

@@ -22,6 +22,7 @@ from vllm_spark2_5_plugin.tool_parsers import refs
 # Order in which the types of a union are tried; "string" is the fallback.
 _TYPE_PRIORITY = ("null", "integer", "number", "boolean", "object", "array")
 _KNOWN_TYPES = frozenset({*_TYPE_PRIORITY, "string"})
+_SCALARS = frozenset({"null", "integer", "number", "boolean"})
 # ASCII digits only ("\d" would take any Unicode digit, which JSON does not).
 _INTEGER_RE = re.compile(r"-?[0-9]+")
 _NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -134,14 +135,23 @@ def _value_json(value: Any) -> str:
 
 def _convert(raw: str, schema: Any, root: Any = None) -> tuple[Any, str]:
     """``(value, its JSON text)`` for the raw text of one ``<arg_value>``."""
-    types = declared_types(schema, root) - {"string"}
+    declared = declared_types(schema, root)
+    types = declared - {"string"}
+    # With a string alternative, a scalar converts only from the spelling the
+    # chat template writes for it: "00501", "TRUE" or "1e3" stay the strings
+    # they may well be (converted, they could not be written back).
+    spelled_only = "string" in declared
     text = raw.strip()
     for kind in _TYPE_PRIORITY:
         if kind in types:
             try:
                 ok, value = _parse_as(kind, text)
-                if ok:
-                    return value, _value_json(value)
+                if not ok:
+                    continue
+                written = _value_json(value)
+                if spelled_only and kind in _SCALARS and written != text:
+                    continue
+                return value, written
             except (ValueError, RecursionError):
                 pass  # does not fit this type exactly
     return raw, _string_json(raw)
@@ -154,7 +164,9 @@ def convert_value(raw: str, schema: Any, root: Any = None) -> Any:
     String-typed and undeclared parameters keep the raw text (not stripped).
     Otherwise the stripped text is tried against each declared type in the
     order null, integer, number, boolean, object, array; the first that fits
-    exactly wins. A value that fits none stays the raw string. Never raises.
+    exactly wins. Where ``string`` is declared too, a null, boolean or number
+    fits only when the text is its JSON spelling (``501``, not ``00501``). A
+    value that fits none stays the raw string. Never raises.
     """
     return _convert(raw, schema, root)[0]
 
