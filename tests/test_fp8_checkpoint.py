@@ -675,6 +675,13 @@ def test_the_tool_never_writes_over_its_input(tmp_path, capsys):
         check_directories(src, busy)
     with pytest.raises(ValueError, match="not a checkpoint directory"):
         check_directories(tmp_path / "missing", tmp_path / "out")
+    # A file, or a path below one, is refused before any work (it failed
+    # when the quantized weights were saved, after the whole run).
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        check_directories(src, tmp_path / "afile")
+    with pytest.raises(ValueError, match="afile is a file, not a directory"):
+        check_directories(src, tmp_path / "afile" / "sub")
     check_directories(src, tmp_path / "new")  # a new directory is fine
     (tmp_path / "empty").mkdir()
     check_directories(src, tmp_path / "empty")

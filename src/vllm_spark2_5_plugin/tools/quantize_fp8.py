@@ -340,6 +340,7 @@ def check_directories(src: Path, dst: Path) -> None:
     gives (:func:`check_source`), and ``dst`` is a new or empty directory
     elsewhere, neither inside the other (the output never replaces a file)."""
     from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import output_location_problem
 
     try:
         raw = read_target_config(src)
@@ -365,8 +366,13 @@ def check_directories(src: Path, dst: Path) -> None:
         raise ValueError(
             f"the output directory {dst} must not contain or be inside the input {src}"
         )
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+    if dst.is_dir() and any(dst.iterdir()):
         raise ValueError(f"{dst} exists and is not an empty directory")
+    # A file, a file above it, a place that cannot be written: found here,
+    # not when the quantized weights are saved.
+    problem = output_location_problem(dst, overwrite=True)
+    if problem is not None:
+        raise ValueError(problem)
     # Last, as it reads every weight file's header: the source has each
     # tensor the quantized checkpoint must carry, in its shape.
     check_source(src, raw)
