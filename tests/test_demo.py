@@ -17,7 +17,21 @@ def test_bad_arguments_are_refused_before_vllm_starts(tmp_path, capsys):
     llama = tmp_path / "llama"
     llama.mkdir()
     (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    # A Spark2_5 checkpoint with a field that cannot work, and one without a
+    # tokenizer: vLLM's tracebacks after (or while) the engine started.
+    bad = make_tiny_checkpoint(tmp_path / "bad")
+    raw = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**raw, "num_key_value_heads": 3}))
+    untokenized = make_tiny_checkpoint(tmp_path / "untokenized")
+    for file in untokenized.glob("tokenizer*"):
+        file.unlink()
     cases = {
+        ("--prompt", ""): "--prompt: give some text",
+        ("--model", str(bad)): "bad/config.json: num_attention_heads (4) must be "
+        "divisible by num_key_value_heads (3)",
+        ("--model", str(untokenized)): "has no tokenizer that can be loaded",
         ("--max-tokens", "0"): "--max-tokens: must be at least 1, got 0",
         ("--model", str(tmp_path / "missing")): "--model: ",
         ("--model", str(llama)): "is not a Spark2_5 checkpoint (model_type 'llama'",

@@ -27,13 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", default="The weather in Paris is")
     parser.add_argument("--max-tokens", type=int_at_least(1), default=24)
     args = parser.parse_args(argv)
+    if not args.prompt:
+        parser.error("--prompt: give some text (vLLM refuses an empty prompt)")
     if args.model is not None:
-        from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
-
-        try:
-            read_target_config(Path(args.model))
-        except SystemExit as exc:
-            parser.error(f"--model: {exc}")
+        problem = _model_problem(Path(args.model))
+        if problem is not None:
+            parser.error(f"--model: {problem}")
 
     # Small CPU KV cache unless the user chose one (GiB per worker).
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -48,6 +47,33 @@ def main(argv: list[str] | None = None) -> None:
             model = str(make_tiny_checkpoint(Path(tmp) / "tiny"))
             print(f"wrote a tiny random Spark2_5 checkpoint to {model} (removed after)")
         _generate(model, args.prompt, args.max_tokens)
+
+
+def _model_problem(path: Path) -> str | None:
+    """Why vLLM could not serve the checkpoint at ``path``, found before it
+    starts: not a Spark2_5 checkpoint, a config field that cannot work, no
+    tokenizer. ``None`` if none of these."""
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+    from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
+
+    try:
+        raw = read_target_config(path)
+    except SystemExit as exc:
+        return str(exc)
+    try:
+        Spark2_5Config.from_dict(raw)
+    except (ValueError, TypeError) as exc:
+        return f"{path / 'config.json'}: {exc}"
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - any reason is reported
+        why = (str(exc).strip().splitlines() or [""])[0]
+        return (
+            f"{path} has no tokenizer that can be loaded ({type(exc).__name__}: {why})"
+        )
+    return None
 
 
 def _generate(model: str, prompt: str, max_tokens: int) -> None:
