@@ -1004,8 +1004,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--concurrencies must be at least 1, got {args.concurrencies}")
     if args.num_prompts is not None and args.num_prompts < 1:
         p.error(f"--num-prompts must be at least 1, got {args.num_prompts}")
+    if args.max_prompts < 1:
+        p.error(f"--max-prompts must be at least 1, got {args.max_prompts}")
+    for option in ("point_seconds", "startup_timeout", "time_budget"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            p.error(f"--{option.replace('_', '-')} must be above 0, got {value}")
+    if args.warmups < 0:
+        p.error(f"--warmups must be at least 0, got {args.warmups}")
     if not (args.checkpoint / "config.json").is_file():
         p.error(f"checkpoint {args.checkpoint} has no config.json")
+    try:
+        config = _read_config(args.checkpoint)
+    except (OSError, ValueError) as e:
+        p.error(f"checkpoint {args.checkpoint}: config.json cannot be read ({e})")
+    if not isinstance(config, dict):
+        p.error(f"checkpoint {args.checkpoint}: config.json is not a JSON object")
+    existing = next(d for d in (args.work_dir, *args.work_dir.parents) if d.exists())
+    if not existing.is_dir():
+        p.error(f"--work-dir {args.work_dir}: {existing} is a file, not a directory")
     for file in args.merge:
         try:
             points = json.loads(file.read_text()).get("points")
@@ -1052,7 +1069,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.deadline = start_time + (args.time_budget or float("inf"))
     work = args.work_dir
-    work.mkdir(parents=True, exist_ok=True)
     cfg = _read_config(args.checkpoint)
     if args.max_model_len is None:
         args.max_model_len = min(4096, cfg.get("max_position_embeddings", 4096))
@@ -1088,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"estimated total: ~{total / 60:.1f} min", flush=True)
     if args.dry_run:
         return 0
+    work.mkdir(parents=True, exist_ok=True)
 
     info = header(args, cfg)
 

@@ -27,6 +27,8 @@ import time
 
 from machine import cpu_name
 
+from vllm_spark2_5_plugin.tools.dspark_data import int_at_least
+
 CALL = (
     "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>{city}</arg_value>\n"
     "<arg_key>days</arg_key><arg_value>{days}</arg_value>\n"
@@ -138,9 +140,12 @@ def time_streaming(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192]
+        "--sizes",
+        type=int_at_least(1),
+        nargs="+",
+        default=[256, 512, 1024, 2048, 4096, 8192],
     )
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int_at_least(1), default=5)
     args = parser.parse_args()
 
     import vllm

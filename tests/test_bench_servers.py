@@ -437,6 +437,12 @@ def fake_ckpt(tmp_path):
         (["--concurrencies", "-4"], "--concurrencies must be at least 1"),
         (["--num-prompts", "0"], "--num-prompts must be at least 1"),
         (["--checkpoint-missing"], "has no config.json"),
+        (["--max-prompts", "-5"], "--max-prompts must be at least 1"),
+        (["--point-seconds", "0"], "--point-seconds must be above 0"),
+        (["--time-budget", "-1"], "--time-budget must be above 0"),
+        (["--warmups", "-1"], "--warmups must be at least 0"),
+        (["--config-not-json"], "config.json cannot be read"),
+        (["--work-dir-below-a-file"], "is a file, not a directory"),
     ],
 )
 def test_the_matrix_checks_its_inputs_up_front(
@@ -448,9 +454,16 @@ def test_the_matrix_checks_its_inputs_up_front(
     (tmp_path / "bad.json").write_text("{not json")
     files = {"missing": tmp_path / "nope.json", "not_json": tmp_path / "bad.json"}
     ckpt = str(fake_ckpt)
+    work = tmp_path / "w"
     if extra == ["--checkpoint-missing"]:
         ckpt, extra = str(tmp_path / "no-ckpt"), []
-    argv = [ckpt, "--work-dir", str(tmp_path / "w"), "--dry-run"]
+    if extra == ["--config-not-json"]:
+        (fake_ckpt / "config.json").write_text("{bad")
+        extra = []
+    if extra == ["--work-dir-below-a-file"]:
+        (tmp_path / "afile").write_text("x")
+        work, extra = tmp_path / "afile" / "w", []
+    argv = [ckpt, "--work-dir", str(work), "--dry-run"]
     argv += [a.format(**files) for a in extra]
     with pytest.raises(SystemExit) as exit_:
         matrix.parse_args(argv)
@@ -459,6 +472,15 @@ def test_the_matrix_checks_its_inputs_up_front(
     assert message in err, err
     assert ": error: " in err.strip().splitlines()[-1], err
     assert not (tmp_path / "w").exists()
+
+
+def test_a_dry_run_makes_no_folder(matrix, tiny_checkpoint, tmp_path, capsys):
+    """--dry-run ("print the plan and stop") created the work directory."""
+    work = tmp_path / "w"
+    argv = [str(tiny_checkpoint), "--work-dir", str(work), "--dry-run"]
+    assert matrix.main(argv) == 0
+    assert "estimated total" in capsys.readouterr().out
+    assert not work.exists()
 
 
 def test_a_start_failure_keeps_its_root_cause(matrix, tmp_path):
@@ -513,6 +535,8 @@ def _script(name: str, *argv: str, **env: str) -> subprocess.CompletedProcess:
         ("bench_register.py", ["--runs", "0"], "--runs must be >= 1"),
         ("bench_register.py", ["--runs", "-1"], "--runs must be >= 1"),
         ("bench_cpu_throughput.py", ["--rounds", "0"], "--rounds must be >= 1"),
+        ("bench_tool_parser.py", ["--repeats", "0"], "--repeats: must be at least 1"),
+        ("bench_tool_parser.py", ["--sizes", "-5"], "--sizes: must be at least 1"),
     ],
 )
 def test_a_cpu_benchmark_refuses_no_runs(name, argv, message):
