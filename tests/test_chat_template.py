@@ -188,3 +188,69 @@ def test_a_role_the_template_does_not_render_is_refused(tokenizer):
     ]
     with pytest.raises(TemplateError, match='message 1: role "function"'):
         tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+@pytest.mark.parametrize(
+    "content", [{"temp": 3}, [1, 2], ["text"], 42, 0, True, False], ids=repr
+)
+@pytest.mark.parametrize("role", ["tool", "user", "system"])
+def test_content_that_is_neither_text_nor_parts_is_refused(tokenizer, role, content):
+    """An object, a number or a list of non-parts rendered as nothing (a tool
+    result vanished from the prompt), or raised a bare TypeError."""
+    from jinja2 import TemplateError
+
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+        {"role": role, "content": content},
+    ]
+    with pytest.raises(TemplateError, match="message 2: its content must be a string"):
+        tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+@pytest.mark.parametrize("content", [None, "", [], [{"type": "image_url"}]], ids=repr)
+def test_empty_contents_still_render(tokenizer, content):
+    messages = [{"role": "user", "content": "hi"}, {"role": "tool", "content": content}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert text.endswith("<|observation|>\n<tool_response></tool_response>")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Sure.\n<tool_call>ping\n</tool_call>",
+        "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris"
+        "</arg_value>\n</tool_call>\n<tool_call>ping\n</tool_call>",
+        "<tool_call>ping\n</tool_call>",
+        "Two lines\nof text.\n<tool_call>ping\n</tool_call>",
+    ],
+    ids=["one-call", "two-calls", "calls-only", "multi-line-content"],
+)
+def test_a_parsed_reply_sent_back_renders_as_the_model_wrote_it(tokenizer, reply):
+    """The parser returns the newline before each call as content; the
+    template wrote it again before the calls, so a reply sent back as history
+    ("Sure.\\n\\n") rendered as "Sure.\\n\\n\\n<tool_call>..." and the next
+    prompt left the model's own tokens (no prefix-cache reuse)."""
+    import json
+
+    from test_tool_parser import TOOLS, make_request, run_non_streaming
+
+    result, calls = run_non_streaming(reply, make_request())
+    assert calls
+    message = {
+        "role": "assistant",
+        # vLLM's chat endpoint sends whitespace-only content as None.
+        "content": result.content if (result.content or "").strip() else None,
+        "tool_calls": [
+            {"type": "function", "function": {"name": n, "arguments": json.loads(a)}}
+            for n, a in calls
+        ],
+    }
+    user = {"role": "user", "content": "hi"}
+    prompt = tokenizer.apply_chat_template(
+        [user], tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    history = tokenizer.apply_chat_template(
+        [user, message], tools=TOOLS, tokenize=False
+    )
+    assert history == prompt + reply
