@@ -412,3 +412,182 @@ def test_a_dspark_prefix_means_a_draft_under_that_prefix(tmp_path: Path, capsys)
         _refused(capsys, main, argv)
     )
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 10**23])
+@pytest.mark.parametrize("preset", [[], ["--preset", "mini"]], ids=["tiny", "mini"])
+def test_a_seed_torch_cannot_take_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys, preset, seed
+):
+    """It used to be a traceback (or an error not naming --seed) after
+    config.json was written."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main, seed_arg
+
+    out = tmp_path / "out"
+    message = _refused(capsys, main, [str(out), *preset, "--seed", str(seed)])
+    assert f"error: argument --seed: must be from {-(2**63)} to {2**64 - 1}" in message
+    assert not out.exists()
+    # The ends of the range are seeds.
+    assert seed_arg(str(2**64 - 1)) == 2**64 - 1
+    assert seed_arg(str(-(2**63))) == -(2**63)
+    # The library refuses it too, before the path is touched.
+    with pytest.raises(ValueError, match="seed must be from"):
+        make_checkpoint(out, "mini", seed=seed)
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    with pytest.raises(ValueError, match="seed must be from"):
+        make_tiny_checkpoint(out, seed=seed)
+    assert not out.exists()
+
+
+def _earlier_checkpoint(out: Path) -> list[str]:
+    """An earlier checkpoint at ``out``, which --overwrite may replace once
+    every input is checked; the names of its files."""
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "keep.txt").write_text("mine")
+    return ["config.json", "keep.txt"]
+
+
+def test_weights_larger_than_memory_are_refused_up_front(tmp_path: Path, capsys):
+    """They used to be drawn after config.json was written (and the earlier
+    checkpoint emptied), and fail with an allocator traceback."""
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    out = tmp_path / "out"
+    before = _earlier_checkpoint(out)
+    argv = [str(out), "--preset", "mini", "--dtype", "float32", "--overwrite"]
+    message = _refused(capsys, main, [*argv, "--set", "intermediate_size=100000000000"])
+    assert "error: the weights would take" in message
+    assert "more than this machine's memory" in message
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_weights_that_cannot_be_allocated_give_one_line(
+    tmp_path: Path, capsys, monkeypatch
+):
+    """Under the memory bound but still too large (another process, a
+    ulimit): the allocator's error in one line, before the path is touched."""
+    from vllm_spark2_5_plugin.tools import make_checkpoint as mc
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+            "allocate memory: you tried to allocate 1024000000 bytes.\nmore"
+        )
+        yield
+
+    monkeypatch.setattr(mc, "iter_random_weights", out_of_memory)
+    out = tmp_path / "out"
+    before = _earlier_checkpoint(out)
+    argv = [str(out), "--preset", "mini", "--dtype", "float32", "--overwrite"]
+    message = _refused(capsys, mc.main, argv)
+    assert "error: the weights could not be made: [enforce fail" in message
+    assert "more" not in message.splitlines()[-1]
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "option"),
+    [
+        ("dtype", "--dtype"),
+        ("seed", "--seed"),
+        ("preset", "--preset"),
+        ("overwrite", "--overwrite"),
+        ("dspark", "--no-dspark"),
+        ("dspark_prefix", "--dspark-prefix"),
+        ("branch_scale", "--branch-scale"),
+        ("path", "the PATH argument"),
+    ],
+)
+def test_set_refuses_the_names_of_the_makers_own_options(
+    tmp_path: Path, capsys, key, option
+):
+    """``--set dtype=...`` used to be a TypeError traceback (``got multiple
+    values for keyword argument``)."""
+    import inspect
+
+    from vllm_spark2_5_plugin.tools.make_checkpoint import KEYWORD_OPTIONS, main
+
+    out = tmp_path / "out"
+    before = _earlier_checkpoint(out)
+    argv = [str(out), "--preset", "mini", "--dtype", "float32", "--overwrite"]
+    message = _refused(capsys, main, [*argv, "--set", f"{key}=1"])
+    assert (
+        f"error: argument --set: unknown config field {key!r} (use {option})" in message
+    )
+    assert sorted(p.name for p in out.iterdir()) == before
+    # Every keyword argument of the function has its option named.
+    keywords = set(inspect.signature(make_checkpoint).parameters) - {"overrides"}
+    assert keywords == set(KEYWORD_OPTIONS)
+
+
+def test_set_without_equals_is_an_argparse_error(tmp_path: Path, capsys):
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    argv = [str(tmp_path / "out"), "--preset", "mini", "--set", "foo"]
+    message = _refused(capsys, main, argv)
+    assert "error: argument --set: expected KEY=JSON, got 'foo'" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_in_tree_refuses_a_truncated_weights_file(tmp_path: Path, capsys, mini: Path):
+    """It used to be a SafetensorError traceback."""
+    import shutil
+
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    src = tmp_path / "src"
+    shutil.copytree(mini, src)
+    weights = src / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    message = _refused(capsys, main, [str(src), "--in-tree-only", "--in-tree", "llama"])
+    assert f"{weights} is not a readable safetensors file (" in message
+    assert "; restore it" in message and "Traceback" not in message
+    assert not (tmp_path / "src-llama").exists()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--dtype", "float16"],
+        ["--dtype", "bfloat16"],  # the default, given
+        ["--preset", "small"],
+        ["--seed", "7"],
+        ["--seed", "0"],
+    ],
+)
+def test_in_tree_only_refuses_the_options_it_ignores(
+    tmp_path: Path, capsys, mini: Path, given
+):
+    """The copies keep the source's weights: ``--dtype float16`` used to
+    give float32 copies, exit 0 and no word."""
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    argv = [str(mini), "--in-tree-only", "--in-tree", "llama", *given]
+    message = _refused(capsys, main, [*argv, "--overwrite"])
+    assert f"error: {given[0]} does not apply with --in-tree-only" in message
+
+
+@pytest.mark.parametrize(
+    ("cwd", "path", "only"),
+    [
+        (None, "/", []),
+        (None, "/", ["--in-tree-only"]),
+        ("/", ".", ["--in-tree-only"]),
+        ("/", ".", []),
+    ],
+)
+def test_in_tree_refuses_the_root_directory(
+    tmp_path: Path, capsys, monkeypatch, cwd, path, only
+):
+    """The copy goes beside PATH, and the root has nothing beside it: it
+    used to be a ``ValueError: PosixPath('/') has an empty name``
+    traceback."""
+    from vllm_spark2_5_plugin.tools.make_checkpoint import main
+
+    if cwd is not None:
+        monkeypatch.chdir(cwd)
+    message = _refused(capsys, main, [path, *only, "--in-tree", "llama"])
+    assert f"error: {path} is the root directory" in message
+    assert "give a named directory as PATH" in message

@@ -188,3 +188,84 @@ def test_the_library_refuses_as_the_command_does(tmp_path):
     ):
         prepare_dir(out, overwrite=True)
     assert _tree(out) == before
+
+
+# -- a run that stops midway leaves nothing that looks like a checkpoint ---------
+
+WRITERS = ["tiny", "mini", "in-tree"]
+
+
+def _write(tool: str, out: Path, tiny: Path, *flags: str) -> None:
+    """Run the maker ``tool`` writing the checkpoint directory ``out`` (for
+    ``in-tree``, ``out`` is ``SRC-llama`` beside a copy of ``tiny``)."""
+    if tool == "tiny":
+        tiny_checkpoint.main([str(out), *flags])
+    elif tool == "mini":
+        make_checkpoint.main(
+            [str(out), "--preset", "mini", "--dtype", "float32", *flags]
+        )
+    else:
+        src = str(out).removesuffix("-llama")
+        make_checkpoint.main([src, "--in-tree-only", "--in-tree", "llama", *flags])
+
+
+def _destination(tmp_path: Path, tiny: Path, tool: str) -> Path:
+    """Where ``tool`` writes in ``tmp_path`` (``ckpt``; for the in-tree copy
+    ``ckpt-llama``, beside a copy of ``tiny``)."""
+    if tool != "in-tree":
+        return tmp_path / "ckpt"
+    import shutil
+
+    shutil.copytree(tiny, tmp_path / "ckpt")
+    return tmp_path / "ckpt-llama"
+
+
+@pytest.mark.parametrize("tool", WRITERS)
+def test_config_json_is_written_last(tmp_path, tiny, monkeypatch, tool):
+    """config.json marks a directory as a checkpoint (``--overwrite`` and the
+    other tools go by it), so it comes after every other file: a run killed
+    midway (SIGTERM, out of memory) leaves none. It used to come first."""
+    from transformers import PreTrainedConfig
+
+    out = _destination(tmp_path, tiny, tool)
+    save = PreTrainedConfig.save_pretrained
+    seen: list[set[str]] = []
+
+    def recording(self, directory, *args, **kwargs):
+        seen.append({p.name for p in Path(directory).iterdir()})
+        return save(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedConfig, "save_pretrained", recording)
+    _write(tool, out, tiny)
+    final = {p.name for p in out.iterdir()}
+    assert "config.json" in final and "model.safetensors" in final
+    assert seen == [final - {"config.json"}]
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError], ids=["ctrl-c", "error"])
+@pytest.mark.parametrize("tool", WRITERS)
+def test_a_failed_write_leaves_no_half_written_checkpoint(
+    tmp_path, tiny, monkeypatch, capsys, tool, stop
+):
+    """Stopped while writing the weights, a maker deletes what it wrote: a
+    new directory goes, an emptied one (``--overwrite``) is left empty. It
+    used to leave a config.json alone, which every tool took for a
+    checkpoint."""
+    import safetensors.torch
+
+    def failing(tensors, filename, *args, **kwargs):
+        Path(filename).write_bytes(b"half")
+        raise stop("stopped")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", failing)
+    out = _destination(tmp_path, tiny, tool)
+    with pytest.raises((stop, SystemExit)):
+        _write(tool, out, tiny)
+    assert not out.exists()
+    # An earlier checkpoint that --overwrite replaces: emptied, nothing written.
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "model.safetensors").write_text("old")
+    with pytest.raises((stop, SystemExit)):
+        _write(tool, out, tiny, "--overwrite")
+    assert out.is_dir() and list(out.iterdir()) == []

@@ -18,21 +18,30 @@ import torch
 from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS, Spark2_5Config
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
-from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS, prepare_dir
+from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import writing_into
+
+
+def _unreadable(file: Path, exc: Exception) -> SystemExit:
+    return SystemExit(f"{file} is not a readable safetensors file ({exc}); restore it")
 
 
 def _weight_files(spark_dir: Path, num_layers: int) -> list[Path]:
-    """The checkpoint's weight files; ``SystemExit`` when it has none, or
-    lacks a tensor the copies are built from."""
-    from safetensors import safe_open
+    """The checkpoint's weight files; ``SystemExit`` when it has none, one
+    cannot be read (truncated, not safetensors), or it lacks a tensor the
+    copies are built from."""
+    from safetensors import SafetensorError, safe_open
 
     files = sorted(spark_dir.glob("*.safetensors"))
     if not files:
         raise SystemExit(f"{spark_dir} has no *.safetensors weights to copy")
     names: set[str] = set()
     for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            names.update(f.keys())
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                names.update(f.keys())
+        except (OSError, SafetensorError) as exc:
+            raise _unreadable(file, exc) from None
     needed = ["model.embed_tokens.weight", "model.norm.weight"] + [
         f"model.layers.{i}.post_attention_layernorm.weight" for i in range(num_layers)
     ]
@@ -51,7 +60,10 @@ def write_in_tree(
     """Copy a Spark2_5 checkpoint's target into a vLLM in-tree architecture of
     equal shapes, with the same tokenizer (draft tensors are left out).
     ``SystemExit`` naming the problem when ``spark_dir`` is not a complete
-    Spark2_5 checkpoint, before ``out_dir`` is touched.
+    Spark2_5 checkpoint, before ``out_dir`` is touched. The weights are read
+    before ``out_dir`` is touched too, and its ``config.json`` is written
+    last, so a failed run never leaves a directory that looks like a
+    checkpoint.
 
     * ``llama``: ``LlamaForCausalLM`` with ``layer_types``/``sliding_window``
       (vLLM's Llama reads both), the Spark2_5 tensors minus the head gate
@@ -62,7 +74,7 @@ def write_in_tree(
       norms (q/k norms, post-attention and post-MLP norms) and embedding
       scaling; norms stored as Gemma's ``1 + w`` offsets.
     """
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import save_file
 
     if arch not in IN_TREE_ARCHS:
@@ -74,7 +86,6 @@ def write_in_tree(
     except ValueError as exc:
         raise SystemExit(f"{spark_dir / 'config.json'}: {exc}") from None
     files = _weight_files(spark_dir, spark.num_hidden_layers)
-    prepare_dir(out_dir, overwrite)
     shapes = {
         key: getattr(spark, key)
         for key in (
@@ -122,15 +133,17 @@ def write_in_tree(
             **shapes,
             **ids,
         )
-    config.save_pretrained(out_dir)
 
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                if name.startswith(DRAFT_WEIGHT_PREFIXES) or ".g_proj." in name:
-                    continue
-                tensors[name] = f.get_tensor(name)
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    if name.startswith(DRAFT_WEIGHT_PREFIXES) or ".g_proj." in name:
+                        continue
+                    tensors[name] = f.get_tensor(name)
+        except (OSError, SafetensorError) as exc:
+            raise _unreadable(file, exc) from None
     if arch == "gemma3":
         ref = tensors["model.norm.weight"]
         for key in [k for k in tensors if k.endswith("norm.weight")]:
@@ -148,19 +161,26 @@ def write_in_tree(
                 tensors[f"{p}self_attn.{qk}.weight"] = torch.zeros(
                     spark.head_dim, dtype=ref.dtype
                 )
-    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    for item in spark_dir.iterdir():
-        if item.name.startswith(("tokenizer", "special_tokens")) or item.name in (
-            "chat_template.jinja",
-            "generation_config.json",
-        ):
-            shutil.copy(item, out_dir / item.name)
-    summary = {
-        "from": str(spark_dir),
-        "arch": config.architectures[0],
-        "parameters": sum(t.numel() for t in tensors.values()),
-    }
-    (out_dir / "make_checkpoint.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with writing_into(out_dir, overwrite):
+        save_file(
+            tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"}
+        )
+        for item in spark_dir.iterdir():
+            if item.name.startswith(("tokenizer", "special_tokens")) or item.name in (
+                "chat_template.jinja",
+                "generation_config.json",
+            ):
+                shutil.copy(item, out_dir / item.name)
+        summary = {
+            "from": str(spark_dir),
+            "arch": config.architectures[0],
+            "parameters": sum(t.numel() for t in tensors.values()),
+        }
+        (out_dir / "make_checkpoint.json").write_text(
+            json.dumps(summary, indent=2) + "\n"
+        )
+        # Last: config.json marks the directory as a checkpoint.
+        config.save_pretrained(out_dir)
     return out_dir
 
 

@@ -31,6 +31,17 @@ with no download:
 
 (also ``spark2_5-make-tiny-checkpoint OUT --preset small ...``). A summary with
 the parameter counts and timings is written to ``OUT/make_checkpoint.json``.
+With ``--in-tree-only`` the checkpoint at ``OUT`` is copied as it is, so the
+options that shape a new one (``--preset``, ``--seed``, ``--dtype``, ``--set``,
+``--no-dspark``, ``--dspark-prefix``, ``--branch-scale``) are refused with it.
+``--set`` sets config fields only: the names of the options above are refused.
+
+Every input is checked, and the weights are made in memory (shapes whose
+weights exceed the machine's memory are refused up front), before ``OUT`` is
+created or ``--overwrite`` empties it. ``config.json``, the file that marks a
+directory as a checkpoint, is written last, and a run that fails (or is
+interrupted with Ctrl-C) deletes what it wrote, so a half-written directory
+never looks like a checkpoint.
 """
 
 from __future__ import annotations
@@ -39,8 +50,10 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import inspect
 import json
 import math
+import os
 import random
 import time
 from importlib import resources
@@ -70,8 +83,9 @@ from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
     checkpoint_config,
     generation_config,
     iter_random_weights,
-    prepare_dir,
     refuse_non_empty,
+    seed_problem,
+    writing_into,
 )
 
 _ROPE = {
@@ -258,6 +272,30 @@ def parameter_count(config: dict[str, Any]) -> dict[str, int]:
     return {"target": target, "draft": draft, "total": target + draft}
 
 
+def memory_bytes() -> int | None:
+    """This machine's physical memory, or ``None`` where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def size_problem(counts: dict[str, int], dtype: torch.dtype) -> str | None:
+    """Why weights of ``counts`` parameters in ``dtype`` cannot be made here,
+    or ``None``: the maker holds every tensor in memory before it writes
+    them, so weights larger than the machine's memory cannot be made."""
+    need = counts["total"] * dtype.itemsize
+    memory = memory_bytes()
+    if memory is None or need <= memory:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return (
+        f"the weights would take {need / 2**30:,.1f} GiB ({counts['total']:,} "
+        f"parameters in {name}), more than this machine's memory "
+        f"({memory / 2**30:,.1f} GiB); give smaller sizes"
+    )
+
+
 # -- tokenizer -----------------------------------------------------------------
 
 _CONSONANTS = "bcdfghjklmnprstvwxz"
@@ -374,10 +412,15 @@ def make_checkpoint(
     ``overrides`` replace config fields (``dspark_*`` ones the draft's);
     ``branch_scale`` (a number or ``"gpt2"``) overrides the preset's scale of
     the residual-branch outputs. Every input is checked (``ValueError`` naming
-    the field) before ``path`` is touched.
+    the field) before ``path`` is touched, and the weights are made before
+    it is too. ``config.json`` is written last, so a run that stops midway
+    never leaves a directory that looks like a checkpoint.
     """
     from safetensors.torch import save_file
 
+    problem = seed_problem(seed)
+    if problem is not None:
+        raise ValueError(f"seed {problem}")
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {list(PRESETS)}")
     if dspark_prefix not in DRAFT_WEIGHT_PREFIXES:
@@ -397,6 +440,14 @@ def make_checkpoint(
     if scale == "gpt2":
         scale = (2 * fields["num_hidden_layers"]) ** -0.5
     scale = _branch_scale(scale)
+    # Refused before the tokenizer (whose corpus grows with vocab_size) and
+    # before any tensor is drawn.
+    shapes = Spark2_5Config(
+        **copy.deepcopy({"dspark_noise_token_id": 0, **fields} if dspark else fields)
+    )
+    problem = size_problem(parameter_count(shapes.to_dict()), dtype)
+    if problem is not None:
+        raise ValueError(problem)
     tokenizer = build_preset_tokenizer(fields["vocab_size"], seed)
     times["tokenizer_s"] = time.perf_counter() - start
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
@@ -406,42 +457,46 @@ def make_checkpoint(
         )
     config = checkpoint_config(fields, eos_id, dtype)
     path = Path(path)
-    prepare_dir(path, overwrite)
-    config.save_pretrained(path)
+    raw = json.loads(config.to_json_string())  # what config.json will hold
 
     start = time.perf_counter()
-    tensors = {
-        name: tensor.to(dtype)
-        for name, tensor in iter_random_weights(
-            config, seed, dspark_prefix if dspark else None, branch_scale=scale
-        )
-    }
+    try:
+        tensors = {
+            name: tensor.to(dtype)
+            for name, tensor in iter_random_weights(
+                config, seed, dspark_prefix if dspark else None, branch_scale=scale
+            )
+        }
+    except (RuntimeError, MemoryError) as exc:  # e.g. out of memory
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ValueError(f"the weights could not be made: {reason}") from None
     times["weights_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    times["write_s"] = time.perf_counter() - start
-    write_common_files(path, tokenizer)
-
-    raw = json.loads((path / "config.json").read_text())
     counts = parameter_count(raw)
     stored = sum(t.numel() for t in tensors.values())
     if stored != counts["total"]:
         raise AssertionError(f"stored {stored} parameters, formula {counts}")
-    summary = {
-        "preset": preset,
-        "seed": seed,
-        "dtype": str(dtype).removeprefix("torch."),
-        "branch_scale": scale,
-        "dspark_prefix": dspark_prefix if dspark else None,
-        "parameters": counts,
-        "bytes": (path / "model.safetensors").stat().st_size,
-        "vocab_size": raw["vocab_size"],
-        "tokenizer_tokens": len(tokenizer),
-        "overrides": overrides,
-        "times": {k: round(v, 2) for k, v in times.items()},
-        "torch": torch.__version__,
-    }
-    (path / "make_checkpoint.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with writing_into(path, overwrite):
+        start = time.perf_counter()
+        save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+        times["write_s"] = time.perf_counter() - start
+        write_common_files(path, tokenizer)
+        summary = {
+            "preset": preset,
+            "seed": seed,
+            "dtype": str(dtype).removeprefix("torch."),
+            "branch_scale": scale,
+            "dspark_prefix": dspark_prefix if dspark else None,
+            "parameters": counts,
+            "bytes": (path / "model.safetensors").stat().st_size,
+            "vocab_size": raw["vocab_size"],
+            "tokenizer_tokens": len(tokenizer),
+            "overrides": overrides,
+            "times": {k: round(v, 2) for k, v in times.items()},
+            "torch": torch.__version__,
+        }
+        (path / "make_checkpoint.json").write_text(json.dumps(summary, indent=2) + "\n")
+        # Last: config.json marks the directory as a checkpoint.
+        config.save_pretrained(path)
     return path
 
 
@@ -451,18 +506,53 @@ IN_TREE_ARCHS = ("llama", "gemma3")
 
 
 def in_tree_path(path: Path, arch: str) -> Path:
-    """``PATH-ARCH``: the directory beside ``path`` for its ``arch`` copy."""
+    """``PATH-ARCH``: the directory beside ``path`` for its ``arch`` copy;
+    ``ValueError`` for the root directory, which has nothing beside it."""
+    given = path
     if path.name in ("", ".."):  # "." or "..": name the directory itself
         path = path.resolve()
+    if not path.name:
+        root = "" if given == path else f" ({path})"
+        raise ValueError(
+            f"{given} is the root directory{root}: there is nothing beside it for "
+            f"the --in-tree {arch} copy (PATH-{arch}); give a named directory as PATH"
+        )
     return path.with_name(f"{path.name}-{arch}")
 
 
-def _parse_set(items: list[str]) -> dict[str, Any]:
+#: The option of each keyword argument of :func:`make_checkpoint`, which
+#: ``--set`` cannot reach: its overrides are that function's ``**overrides``.
+KEYWORD_OPTIONS = {
+    "path": "the PATH argument",
+    "preset": "--preset",
+    "seed": "--seed",
+    "dtype": "--dtype",
+    "dspark": "--no-dspark",
+    "dspark_prefix": "--dspark-prefix",
+    "branch_scale": "--branch-scale",
+    "overwrite": "--overwrite",
+}
+
+
+def _parse_set(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """The ``--set KEY=JSON`` overrides (a value that is not JSON is a
+    string); ``parser.error`` for an item without ``=`` or a key that is one
+    of :func:`make_checkpoint`'s own arguments (:data:`KEYWORD_OPTIONS`)."""
+    keywords = {
+        name
+        for name, param in inspect.signature(make_checkpoint).parameters.items()
+        if param.kind is not inspect.Parameter.VAR_KEYWORD
+    }
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects KEY=JSON, got {item!r}")
+            parser.error(f"argument --set: expected KEY=JSON, got {item!r}")
+        if key in keywords:
+            parser.error(
+                f"argument --set: unknown config field {key!r} "
+                f"(use {KEYWORD_OPTIONS.get(key, 'its own option')})"
+            )
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -482,7 +572,9 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__.splitlines()[0], allow_abbrev=False
     )
     add_checkpoint_arguments(parser, default_dtype="bfloat16")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), help="the shape (default small)"
+    )
     parser.add_argument(
         "--no-dspark", action="store_true", help="leave out the untrained draft"
     )
@@ -511,16 +603,26 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="PATH already holds a Spark2_5 checkpoint: write only --in-tree copies",
     )
+    # No defaults here, so that --in-tree-only can tell a given option; the
+    # defaults are filled in below.
+    parser.set_defaults(seed=None, dtype=None, preset=None)
     args = parser.parse_args(argv)
     path = Path(args.path)
     # Every input is checked before anything is written or replaced.
     if args.no_dspark and args.dspark_prefix is not None:
         parser.error("--dspark-prefix places the draft that --no-dspark leaves out")
-    outs = {arch: in_tree_path(path, arch) for arch in dict.fromkeys(args.in_tree)}
+    overrides = _parse_set(parser, args.set)
+    try:
+        outs = {arch: in_tree_path(path, arch) for arch in dict.fromkeys(args.in_tree)}
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.in_tree_only:
         if not outs:
             parser.error("--in-tree-only writes only the --in-tree copies; name one")
         for flag, used in (
+            ("--preset", args.preset is not None),
+            ("--seed", args.seed is not None),
+            ("--dtype", args.dtype is not None),
             ("--set", args.set),
             ("--no-dspark", args.no_dspark),
             ("--dspark-prefix", args.dspark_prefix is not None),
@@ -531,6 +633,9 @@ def main(argv: list[str] | None = None) -> None:
         read_target_config(path)
     else:
         refuse_non_empty(parser, args)
+        args.preset = "small" if args.preset is None else args.preset
+        args.seed = 0 if args.seed is None else args.seed
+        args.dtype = "bfloat16" if args.dtype is None else args.dtype
     for out in outs.values():
         refuse_non_empty(parser, args, out)
     if not args.in_tree_only:
@@ -545,7 +650,7 @@ def main(argv: list[str] | None = None) -> None:
                 dspark_prefix=args.dspark_prefix or DRAFT_WEIGHT_PREFIXES[0],
                 branch_scale=args.branch_scale,
                 overwrite=args.overwrite,
-                **_parse_set(args.set),
+                **overrides,
             )
         except ValueError as exc:
             parser.error(str(exc))

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,32 @@ def iter_random_weights(
         yield name, tensor.contiguous()
 
 
+#: The seeds ``torch.Generator().manual_seed`` accepts.
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def seed_problem(seed: int) -> str | None:
+    """Why ``seed`` cannot seed the weights' generator, or ``None``."""
+    try:
+        torch.Generator().manual_seed(seed)
+    except (RuntimeError, ValueError, OverflowError, TypeError):
+        low, high = SEED_RANGE
+        return f"must be from {low} to {high} (a torch generator's seed), got {seed}"
+    return None
+
+
+def seed_arg(value: str) -> int:
+    """``--seed``: an integer that :func:`seed_problem` accepts."""
+    try:
+        seed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
+    problem = seed_problem(seed)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return seed
+
+
 def checkpoint_config(
     fields: dict[str, Any], eos_id: int, dtype: torch.dtype
 ) -> Spark2_5Config:
@@ -267,8 +294,10 @@ def make_tiny_checkpoint(
     """
     from safetensors.torch import save_file
 
+    problem = seed_problem(seed)
+    if problem is not None:
+        raise ValueError(f"seed {problem}")
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(TINY_CONFIG["vocab_size"])
     fields = {**TINY_CONFIG, **config_overrides}
     if dspark:
@@ -294,19 +323,18 @@ def make_tiny_checkpoint(
             f"vocab_size {config.vocab_size} is smaller than the tiny tokenizer "
             f"({len(tokenizer)} tokens)"
         )
-    config.save_pretrained(path)
     weights = random_weights(config, seed, dspark_prefix if dspark else None)
-    save_file(
-        {name: t.to(dtype) for name, t in weights.items()},
-        str(path / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    tensors = {name: t.to(dtype) for name, t in weights.items()}
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(path)
     template = resources.files("vllm_spark2_5_plugin").joinpath("chat_template.jinja")
     (path / "chat_template.jinja").write_text(template.read_text(encoding="utf-8"))
     (path / "generation_config.json").write_text(
         json.dumps(generation_config(tokenizer), indent=2) + "\n"
     )
+    # Last: config.json marks the directory as a checkpoint (CHECKPOINT_MARKER).
+    config.save_pretrained(path)
     return path
 
 
@@ -321,9 +349,18 @@ def add_checkpoint_arguments(
         action="store_true",
         help="replace the checkpoint at PATH (a directory that holds a config.json)",
     )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--dtype", choices=["float32", "bfloat16", "float16"], default=default_dtype
+        "--seed",
+        type=seed_arg,
+        default=0,
+        help=f"seed of the random weights, {SEED_RANGE[0]} to {SEED_RANGE[1]} "
+        "(default 0)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=default_dtype,
+        help=f"dtype of the weights (default {default_dtype})",
     )
     parser.add_argument(
         "--dspark-prefix",
@@ -409,6 +446,32 @@ def prepare_dir(path: Path, overwrite: bool) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+@contextmanager
+def writing_into(path: Path, overwrite: bool) -> Iterator[None]:
+    """:func:`prepare_dir`, then the body writes a checkpoint into the empty
+    directory ``path``; if the body fails (an error, Ctrl-C), what it wrote
+    is deleted again, and ``path`` too if this created it, so a failed run
+    leaves no half-written checkpoint. Writers put ``config.json``
+    (:data:`CHECKPOINT_MARKER`) last, so even a killed run leaves a directory
+    that no tool takes for a checkpoint."""
+    created = not path.exists()
+    prepare_dir(path, overwrite)
+    try:
+        yield
+    except BaseException:
+        # Every entry is this run's: the directory was empty when it started.
+        with suppress(OSError):
+            for entry in list(path.iterdir()):
+                with suppress(OSError):
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+            if created:
+                path.rmdir()
+        raise
+
+
 def output_location_problem(path: Path, overwrite: bool) -> str | None:
     """Why ``path`` cannot become a checkpoint directory, whatever it holds,
     or ``None``: it holds files and ``overwrite`` is off (a maker never
@@ -486,14 +549,14 @@ def main(argv: list[str] | None = None) -> None:
     refuse_non_empty(parser, args)
     dspark = args.dspark or args.dspark_prefix is not None
     try:
-        prepare_dir(Path(args.path), args.overwrite)
-        out = make_tiny_checkpoint(
-            args.path,
-            seed=args.seed,
-            dtype=getattr(torch, args.dtype),
-            dspark=dspark,
-            dspark_prefix=args.dspark_prefix or DRAFT_WEIGHT_PREFIXES[0],
-        )
+        with writing_into(Path(args.path), args.overwrite):
+            out = make_tiny_checkpoint(
+                args.path,
+                seed=args.seed,
+                dtype=getattr(torch, args.dtype),
+                dspark=dspark,
+                dspark_prefix=args.dspark_prefix or DRAFT_WEIGHT_PREFIXES[0],
+            )
     except OSError as exc:
         raise SystemExit(
             f"could not write the checkpoint to {args.path}: {exc}"
