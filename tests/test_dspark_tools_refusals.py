@@ -181,7 +181,7 @@ def test_a_failed_vllm_child_ends_in_one_line(tmp_path, tiny, monkeypatch) -> No
 
 
 def test_acceptance_refuses_draft_tensors_under_several_prefixes(
-    tmp_path, tiny, monkeypatch
+    tmp_path, tiny, monkeypatch, capsys
 ) -> None:
     from safetensors.torch import save_file
 
@@ -189,8 +189,8 @@ def test_acceptance_refuses_draft_tensors_under_several_prefixes(
     path = tmp_path / "two-prefixes"
     shutil.copytree(tiny, path)
     save_file({"mtp.norm.weight": torch.ones(64)}, str(path / "extra.safetensors"))
-    with pytest.raises(SystemExit, match="has draft tensors under several prefixes"):
-        acc.run([str(path)])
+    said = _acceptance_refuses(capsys, path)
+    assert "has draft tensors under several prefixes" in said, said
 
 
 #: Fields with a Spark2_5Config default that a config.json may omit.
@@ -291,3 +291,254 @@ def test_a_step_takes_no_sequence_twice_when_it_takes_all_its_anchors(
     args = train_dspark.build_parser().parse_args(["in", "out"])
     assert (args.batch_anchors, args.anchors_per_seq) == (256, 64)
     assert train_dspark.step_shape(args, n_seq, n_pos) == want
+
+
+# -- input the trainer used to meet only after --overwrite had deleted the output --
+
+
+def _earlier_checkpoint(tmp_path: Path) -> Path:
+    """An earlier output that ``--overwrite`` may replace (it holds a
+    config.json, as a checkpoint does)."""
+    dst = tmp_path / "earlier"
+    dst.mkdir()
+    (dst / "config.json").write_text("{}")
+    (dst / "kept.txt").write_text("an earlier run")
+    return dst
+
+
+def _trainer_keeps_the_earlier_checkpoint(
+    tmp_path: Path, capsys, src: Path, *extra: str
+) -> str:
+    """The one-line message (or argparse error line) of a trainer run with
+    ``--overwrite`` over an earlier checkpoint, which must stop before
+    deleting it."""
+    dst = _earlier_checkpoint(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    assert (dst / "kept.txt").read_text() == "an earlier run"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    if stopped.value.code == 2:  # argparse
+        lines = [line for line in err.splitlines() if "error:" in line]
+        assert len(lines) == 1, err
+        return lines[0]
+    said = str(stopped.value.code)
+    assert "\n" not in said, said
+    return said
+
+
+def _broken_weights(tiny: Path, dst: Path, how: str) -> Path:
+    """A copy of ``tiny`` whose weights are missing or damaged."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny, dst)
+    shard = dst / "model.safetensors"
+    if how == "no-weights":  # an interrupted copy: config.json alone
+        shard.unlink()
+    elif how == "truncated":
+        data = shard.read_bytes()
+        shard.write_bytes(data[: len(data) // 2])
+    else:
+        tensors = load_file(str(shard))
+        if how == "missing-tensor":
+            del tensors["model.norm.weight"]
+        elif how == "wrong-shape":
+            tensors["model.norm.weight"] = torch.ones(32)
+        elif how == "missing-draft-tensor":
+            del tensors["draft_model.norm.weight"]
+        save_file(tensors, str(shard), metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("no-weights", r"has no weights \(no \*\.safetensors file"),
+        (
+            "truncated",
+            r"model\.safetensors is not a readable safetensors file \(.*"
+            r"incomplete metadata.*\); restore it",
+        ),
+        (
+            "missing-tensor",
+            r"lacks the tensor model\.norm\.weight \(\(64,\) = \(hidden_size\)\)",
+        ),
+        (
+            "wrong-shape",
+            r"model\.norm\.weight in .*model\.safetensors has shape \(32,\), but "
+            r"config\.json gives \(64,\)",
+        ),
+    ],
+)
+def test_weights_the_tools_cannot_read_are_refused_up_front(
+    tmp_path, tiny, how, message, monkeypatch, capsys
+) -> None:
+    """Every tensor the tools read is checked in the shard headers first:
+    these ended in a KeyError or SafetensorError traceback, the trainer's
+    after --overwrite had deleted the earlier output."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    src = _broken_weights(tiny, tmp_path / how, how)
+    said = _trainer_keeps_the_earlier_checkpoint(tmp_path, capsys, src)
+    assert re.search(message, said), said
+    said = _acceptance_refuses(capsys, src)
+    assert re.search(message, said), said
+
+
+def test_acceptance_refuses_a_draft_tensor_that_is_missing(
+    tmp_path, tiny, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    src = _broken_weights(tiny, tmp_path / "no-norm", "missing-draft-tensor")
+    said = _acceptance_refuses(capsys, src)
+    assert "lacks the tensor draft_model.norm.weight" in said, said
+
+
+@pytest.mark.parametrize(
+    ("seed", "extra", "message"),
+    [
+        # The trainer seeds torch with --seed and --seed + 1.
+        (2**64 - 1, (), rf"argument --seed: must be from {-(2**63)} to {2**64 - 2}"),
+        (-(2**63) - 1, (), r"argument --seed: must be from"),
+        (
+            2**32,
+            ("--continuations", "vllm"),
+            r"argument --seed: with --continuations vllm, vLLM seeds NumPy with "
+            r"it, which takes 0 to 4294967295; got 4294967296",
+        ),
+        (-1, ("--continuations", "vllm"), r"argument --seed: .* got -1"),
+    ],
+    ids=["too-big", "too-small", "vllm-too-big", "vllm-negative"],
+)
+def test_a_seed_that_cannot_seed_the_run_is_refused(
+    tmp_path, tiny, seed, extra, message, monkeypatch, capsys
+) -> None:
+    """torch.manual_seed takes -2**63 .. 2**64-1, NumPy (the vLLM child's)
+    0 .. 2**32-1; a seed beyond them ended the trainer in a traceback after
+    --overwrite had deleted the earlier output."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    extra = ("--seed", str(seed), *extra)
+    said = _trainer_keeps_the_earlier_checkpoint(tmp_path, capsys, tiny, *extra)
+    assert re.search(message, said), said
+    if seed == 2**64 - 1:  # the acceptance tool seeds torch with --seed alone
+        seed = 2**64
+    said = _acceptance_refuses(
+        capsys, tiny, "--num-tokens", "4", "--seed", str(seed), *extra[2:]
+    )
+    assert re.search(message.replace(str(2**64 - 2), str(2**64 - 1)), said), said
+
+
+def test_the_largest_seeds_torch_takes_are_accepted() -> None:
+    parse = train_dspark.build_parser().parse_args
+    assert parse(["in", "out", "--seed", str(2**64 - 2)]).seed == 2**64 - 2
+    assert parse(["in", "out", "--seed", str(-(2**63))]).seed == -(2**63)
+    torch.Generator().manual_seed(2**64 - 2 + 1)  # the trainer's seed + 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"num_hidden_layers": "4"},
+            r"^\S*/config\.json: num_hidden_layers must be a positive integer, "
+            r"got '4'$",
+        ),
+        (
+            {"rope_parameters": [1]},
+            r"^\S*/config\.json: rope_parameters must be a dict, got list: \[1\]$",
+        ),
+        (
+            {"hidden_size": "64"},
+            r"^\S*/config\.json: hidden_size must be a positive integer, got '64'$",
+        ),
+    ],
+    ids=["layers", "rope", "hidden"],
+)
+def test_a_malformed_target_field_is_named_in_config_json(
+    tmp_path, tiny, changes, message, monkeypatch, capsys
+) -> None:
+    """The trainer read the target's fields into the draft config before any
+    check (a TypeError traceback), or blamed them on the draft's options."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    src = _edited(tiny, tmp_path / "bad", **changes)
+    said = _trainer_keeps_the_earlier_checkpoint(tmp_path, capsys, src)
+    assert re.search(message, said), said
+    assert "--block-size" not in said, said
+    said = _acceptance_refuses(capsys, src)
+    assert re.search(message.lstrip("^"), said), said
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"dspark_target_layer_ids": "1,3"},
+            r"dspark_target_layer_ids must be a list of integers, got '1,3'",
+        ),
+        (
+            {"dspark_layer_types": "sliding_attention"},
+            r"dspark_layer_types must be a non-empty list .* got 'sliding_attention'",
+        ),
+        (
+            {"dspark_enable_confidence_head": "false"},
+            r"dspark_enable_confidence_head must be true or false, got 'false'",
+        ),
+    ],
+    ids=["layer-ids", "layer-types", "confidence"],
+)
+def test_a_malformed_draft_field_is_reported_as_given(
+    tmp_path, tiny, changes, message, monkeypatch, capsys
+) -> None:
+    """A string was sorted into its characters (``[',', '1', '3']``), and a
+    confidence head of "false" read as True."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    src = _edited(tiny, tmp_path / "bad", **changes)
+    said = _trainer_keeps_the_earlier_checkpoint(tmp_path, capsys, src)
+    assert said.startswith("the draft's settings cannot be served: "), said
+    assert re.search(message, said), said
+    said = _acceptance_refuses(capsys, src)
+    assert re.search(rf"/config\.json: {message}", said), said
+
+
+@pytest.fixture(scope="module")
+def default_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint of Spark2_5Config's default vocabulary whose
+    config.json leaves vocab_size out."""
+    full = make_tiny_checkpoint(
+        tmp_path_factory.mktemp("v") / "full",
+        dspark=True,
+        vocab_size=Spark2_5Config.vocab_size,
+    )
+    return _edited(full, full.parent / "no-vocab", vocab_size=None)
+
+
+def test_tools_read_a_config_without_vocab_size(default_vocab, tmp_path) -> None:
+    """Both tools drew prompts with ``raw["vocab_size"]``: a KeyError."""
+    small = ("--num-prompts", "1", "--prompt-len", "8", "--gen-len", "8")
+    report = acc.run([str(default_vocab), *small])
+    assert report["num_drafts"] >= 1
+    summary = train([str(default_vocab), str(tmp_path / "out"), *SMALL])
+    assert summary["steps"] == 2
+
+
+def test_sequences_are_checked_against_the_default_vocab_size(
+    tmp_path, default_vocab, monkeypatch, capsys
+) -> None:
+    """An id past the default vocabulary was let through unchecked when
+    config.json left vocab_size out (``raw.get`` gave None)."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    monkeypatch.setattr(acc, "target_and_sequences", _no_work)
+    big = Spark2_5Config.vocab_size
+    seqs = tmp_path / "seqs.json"
+    seqs.write_text(json.dumps({"prompt_len": 2, "sequences": [[1] * 9 + [big]] * 3}))
+    extra = ("--sequences", str(seqs))
+    message = rf"sequence 0 has token id {big}, outside the model's 0\.\.{big - 1}"
+    said = _trainer_keeps_the_earlier_checkpoint(
+        tmp_path, capsys, default_vocab, *extra
+    )
+    assert re.search(message, said), said
+    said = _acceptance_refuses(capsys, default_vocab, *extra)
+    assert re.search(message, said), said

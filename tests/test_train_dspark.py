@@ -559,6 +559,23 @@ def _refusal(capsys, call) -> str:
         ),
         (
             lambda tmp, tiny: tiny,
+            ("--target-layer-ids", "1,,3"),
+            r"argument --target-layer-ids: expected comma-separated layer indices "
+            r"such as 1,6,10, got '1,,3'",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--target-layer-ids=",),
+            r"argument --target-layer-ids: expected comma-separated .* got ''",
+        ),
+        (
+            lambda tmp, tiny: tiny,
+            ("--seed", "18446744073709551616"),
+            r"argument --seed: must be from -9223372036854775808 to "
+            r"18446744073709551614, got 18446744073709551616",
+        ),
+        (
+            lambda tmp, tiny: tiny,
             ("--draft-sliding-window", "0"),
             r"dspark_sliding_window must be a positive integer, got 0",
         ),
@@ -684,7 +701,8 @@ def _refusal(capsys, call) -> str:
         ),
     ],
     ids=[
-        "no-dir", "not-spark2_5", "rank", "layer-ids", "window", "no-draft",
+        "no-dir", "not-spark2_5", "rank", "layer-ids", "layer-ids-empty-item",
+        "layer-ids-empty", "seed", "window", "no-draft",
         "init-shape", "two-prefixes", "log-every", "anchors-per-seq", "gen-len",
         "gen-len-eval", "num-prompts", "eval-prompts", "lr", "clip", "device",
         "no-cuda", "too-long",
@@ -732,23 +750,58 @@ def test_trainer_refuses_an_output_that_is_a_file(
     assert file.read_text() == "not a checkpoint"
 
 
-@pytest.mark.parametrize("where", ["in-output", "the-input-file"])
+@pytest.mark.parametrize(
+    "where", ["in-output", "the-input-file", "in-input", "in-new-output", "existing"]
+)
 def test_trainer_refuses_a_save_sequences_path_it_would_lose(
     tmp_path, tiny, sequences, where, monkeypatch
 ) -> None:
-    """--save-sequences inside an output that --overwrite deletes, or onto
-    the --sequences file (which would keep only the sequences used)."""
+    """--save-sequences inside an output that --overwrite deletes, onto the
+    --sequences file (which would keep only the sequences used), onto any
+    other file that exists, or inside the input or the output at all (one
+    written over the input's tokenizer.json broke both checkpoints)."""
     monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    src = tmp_path / "in"
+    shutil.copytree(tiny, src)
+    before = {f.name: f.read_bytes() for f in src.iterdir()}
     dst = tmp_path / "out"
     dst.mkdir()
-    (dst / "kept.txt").write_text("an earlier run")
-    save = dst / "seqs.json" if where == "in-output" else sequences
+    overwrite = ()
+    if where != "in-new-output":  # else a new, empty output
+        (dst / "kept.txt").write_text("an earlier run")
+        overwrite = ("--overwrite",)
+    other = tmp_path / "notes.json"
+    other.write_text("my notes")
+    save, message = {
+        "in-output": (dst / "seqs.json", "is inside the output.*--overwrite deletes"),
+        "the-input-file": (sequences, "would overwrite the --sequences file"),
+        "in-input": (src / "tokenizer.json", "is inside the input"),
+        "in-new-output": (dst / "seqs.json", "is inside the output"),
+        "existing": (other, "already exists"),
+    }[where]
     text = sequences.read_text()
-    message = "inside the output" if where == "in-output" else "would overwrite"
     with pytest.raises(SystemExit, match=f"--save-sequences .*{message}"):
-        _train(tiny, dst, sequences, "--save-sequences", str(save), "--overwrite")
-    assert (dst / "kept.txt").read_text() == "an earlier run"
+        _train(src, dst, sequences, "--save-sequences", str(save), *overwrite)
+    if overwrite:
+        assert (dst / "kept.txt").read_text() == "an earlier run"
+    else:
+        assert not any(dst.iterdir())
     assert sequences.read_text() == text
+    assert other.read_text() == "my notes"
+    assert {f.name: f.read_bytes() for f in src.iterdir()} == before
+
+
+def test_trainer_saves_sequences_to_a_new_file_only(tmp_path) -> None:
+    """The file is opened to be created: one that appeared after the checks
+    is not replaced either."""
+    from vllm_spark2_5_plugin.tools.dspark_data import write_sequences
+
+    path = tmp_path / "seqs.json"
+    write_sequences(path, 2, [[1, 2, 3]])
+    assert json.loads(path.read_text()) == {"prompt_len": 2, "sequences": [[1, 2, 3]]}
+    with pytest.raises(FileExistsError):
+        write_sequences(path, 2, [[4, 5, 6]])
+    assert json.loads(path.read_text())["sequences"] == [[1, 2, 3]]
 
 
 @pytest.mark.parametrize(

@@ -21,20 +21,21 @@ from typing import Any
 import torch
 
 from vllm_spark2_5_plugin.configs.dspark import read_dspark_settings
-from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
+from vllm_spark2_5_plugin.references.layers import with_config_defaults
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
 # The data and checkpoint helpers once lived here; they stay importable from here.
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     DRAFT_SHARD,
     INDEX,
-    checked_draft_prefix,
+    checked_config,
     draft_prefix,
     read_target_config,
     read_tensors,
     reference_input_problem,
+    weights_problem,
     write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
@@ -48,6 +49,8 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     prompt_token_pool,
     random_prompts,
     read_sequences,
+    seed_problem,
+    seed_value,
     settle_vllm_options,
     target_and_sequences,
     target_features,
@@ -149,7 +152,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     add("--num-prompts", type=int_at_least(1), default=8)
     add("--prompt-len", type=int_at_least(1), default=32)
     add("--gen-len", type=int_at_least(1), default=128)
-    add("--seed", type=int, default=1234)
+    add("--seed", type=seed_value(), default=1234)
     add("--continuations", choices=["reference", "vllm"], default="reference")
     add(
         "--vllm-dtype",
@@ -166,19 +169,37 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if problem is not None:
         parser.error(problem)
+    if (problem := seed_problem(args)) is not None:
+        parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint
     raw = read_target_config(path)
-    if checked_draft_prefix(path) is None:
+    try:  # the target's fields as vLLM reads them
+        config = checked_config(path, raw)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # A checkpoint the references would read wrongly (quantized, say); then
+    # the target's tensors, from the shard headers (unreadable, missing or
+    # misshapen ones ended in a traceback).
+    problem = reference_input_problem(path, raw) or weights_problem(path, config, raw)
+    if problem is not None:
+        parser.error(problem)
+    try:
+        prefix = draft_prefix(path)
+    except ValueError as exc:  # several prefixes, or an unreadable shard
+        parser.error(str(exc))
+    if prefix is None:
         parser.error(
             f"{path} has no DSpark draft tensors (none under "
             f"{', '.join(DRAFT_WEIGHT_PREFIXES)}); train one into a copy with "
             "spark2_5-train-dspark IN OUT --init-draft target"
         )
     try:  # the DSpark fields as vLLM reads them (aliases included)
-        settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
-    except ValueError as exc:
-        parser.error(f"{path}: {exc}")
+        settings = read_dspark_settings(config)
+    except (ValueError, TypeError) as exc:
+        parser.error(f"{path / 'config.json'}: {exc}")
+    # The same of the draft's layers and tensors.
     problem = reference_input_problem(path, raw, settings.layer_types)
+    problem = problem or weights_problem(path, config, raw, (settings, prefix))
     if problem is not None:
         parser.error(problem)
     k = args.num_tokens or settings.block_size
@@ -188,12 +209,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     # tokens (a report of no drafts would read as acceptance length 1).
     given = None
     if args.sequences is not None:
+        fields = with_config_defaults(raw)  # as vLLM reads config.json
         try:
             given = read_sequences(
                 args.sequences,
-                vocab_size=raw.get("vocab_size"),
+                vocab_size=fields["vocab_size"],
                 min_new=k + 1,
-                max_len=raw.get("max_position_embeddings"),
+                max_len=fields["max_position_embeddings"],
             )
         except ValueError as exc:
             parser.error(f"--sequences: {exc}")

@@ -74,6 +74,97 @@ def read_target_config(path: Path) -> dict[str, Any]:
     return raw
 
 
+def checked_config(path: Path, raw: dict[str, Any]) -> Any:
+    """``raw`` (the config.json of checkpoint ``path``) read as vLLM reads it:
+    a ``Spark2_5Config``, with its defaults for the fields ``raw`` omits.
+    ``ValueError`` ``"PATH/config.json: <why>"`` naming the field when the
+    config is one vLLM would refuse. Only the target's fields are checked
+    here (the ``dspark_*`` ones by ``read_dspark_settings``)."""
+    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
+
+    try:
+        return Spark2_5Config.from_dict(raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path / 'config.json'}: {exc}") from None
+
+
+def weight_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Every tensor of the checkpoint's shards (the ``*.safetensors`` files the
+    references read) -> ``(shape, file)``, from the file headers only.
+    ``ValueError`` naming the file when one is not a readable safetensors
+    file (truncated, say), instead of a ``SafetensorError`` traceback."""
+    from safetensors import SafetensorError, safe_open
+
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    found[name] = (tuple(f.get_slice(name).get_shape()), shard)
+        except (OSError, SafetensorError) as exc:
+            raise ValueError(
+                f"{shard} is not a readable safetensors file ({exc}); restore it "
+                "or give a complete checkpoint"
+            ) from None
+    return found
+
+
+def weights_problem(
+    path: Path,
+    config: Any,
+    raw: dict[str, Any],
+    draft: tuple[Any, str] | None = None,
+) -> str | None:
+    """Why the weights of checkpoint ``path`` cannot be read as its config
+    (``config``, a ``Spark2_5Config``; ``raw``, config.json as written)
+    describes them, in one line, or None: a shard that is not a readable
+    safetensors file, a target tensor that is missing or of another shape
+    and, with ``draft`` = ``(DSpark settings, prefix)``, the same of the
+    draft's tensors. From the file headers only, before any work: these
+    used to end the tools in a ``KeyError`` or ``SafetensorError`` traceback
+    after ``--overwrite`` had deleted the earlier output."""
+    from vllm_spark2_5_plugin.models.checkpoint_tables import (
+        TARGET_HINTS,
+        defaults_note,
+        draft_tensors,
+        target_tensors,
+    )
+
+    try:
+        found = weight_shapes(path)
+    except ValueError as exc:
+        return str(exc)
+    if not found:
+        return (
+            f"{path} has no weights (no *.safetensors file with tensors): "
+            "give a complete checkpoint"
+        )
+    expected = target_tensors(config)
+    if draft is not None:
+        settings, prefix = draft
+        for name, want in draft_tensors(config, settings).items():
+            expected[prefix + name.removeprefix("model.")] = want
+    missing = [name for name in expected if name not in found]
+    if missing:
+        name = missing[0]
+        more = f" ({len(missing)} tensors missing)" if len(missing) > 1 else ""
+        hint = TARGET_HINTS.get(name, "give a complete checkpoint")
+        return (
+            f"{path} lacks the tensor {name} ({expected[name].describe()}){more}; "
+            f"{hint}"
+        )
+    for name, want in expected.items():
+        shape, file = found[name]
+        if shape != want.shape:
+            return (
+                f"{name} in {file} has shape {shape}, but config.json gives "
+                f"{want.describe()}: the checkpoint and config.json disagree; fix "
+                "whichever is wrong"
+                + defaults_note(config, want.differing_fields(shape), raw)
+            )
+    return None
+
+
 def reference_input_problem(
     path: Path, raw: dict[str, Any], draft_layer_types: Any = ()
 ) -> str | None:
@@ -105,7 +196,8 @@ def reference_input_problem(
 
 def checked_draft_prefix(path: Path) -> str | None:
     """:func:`draft_prefix`, with ``SystemExit`` (one line) for a checkpoint
-    whose draft tensors sit under several prefixes."""
+    whose draft tensors sit under several prefixes, or with a shard that is
+    not a readable safetensors file."""
     try:
         return draft_prefix(path)
     except ValueError as exc:
@@ -113,10 +205,10 @@ def checked_draft_prefix(path: Path) -> str | None:
 
 
 def draft_prefix(path: Path) -> str | None:
-    """The one draft prefix the checkpoint's tensors use (``None``: no draft)."""
-    names = _from_shards(
-        path, lambda n: n.startswith(DRAFT_WEIGHT_PREFIXES), lambda f, n: None
-    )
+    """The one draft prefix the checkpoint's tensors use (``None``: no draft);
+    ``ValueError`` for several, or for an unreadable shard
+    (:func:`weight_shapes`)."""
+    names = weight_shapes(path)
     found = {p for n in names for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)}
     if len(found) > 1:
         raise ValueError(f"{path} has draft tensors under several prefixes {found}")

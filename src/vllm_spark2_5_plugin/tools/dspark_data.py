@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from vllm_spark2_5_plugin.references.layers import with_config_defaults
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import load_tokenizer
 
@@ -83,6 +84,49 @@ def device_name(text: str) -> str:
     return text
 
 
+#: The seeds ``torch.manual_seed`` (and a ``torch.Generator``) take.
+SEED_LEAST, SEED_MOST = -(2**63), 2**64 - 1
+#: The seeds the vLLM child takes: vLLM seeds NumPy with it (``np.random.seed``).
+VLLM_SEED_MOST = 2**32 - 1
+
+
+def seed_value(most: int = SEED_MOST):
+    """An argparse ``type``: an integer seed torch takes, ``SEED_LEAST ..
+    most`` (a larger one ended the run in an ``Overflow when unpacking long
+    long`` traceback, after ``--overwrite`` had deleted the earlier output)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer, got {text!r}"
+            ) from None
+        if not SEED_LEAST <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"must be from {SEED_LEAST} to {most}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+def seed_problem(args: Any) -> str | None:
+    """Why ``--seed`` cannot seed the vLLM child, or None: with
+    ``--continuations vllm`` (and no ``--sequences``) vLLM seeds NumPy with
+    it, which takes ``0 .. VLLM_SEED_MOST`` only."""
+    if (
+        args.continuations == "vllm"
+        and args.sequences is None
+        and not 0 <= args.seed <= VLLM_SEED_MOST
+    ):
+        return (
+            f"argument --seed: with --continuations vllm, vLLM seeds NumPy with "
+            f"it, which takes 0 to {VLLM_SEED_MOST}; got {args.seed}"
+        )
+    return None
+
+
 #: The ``dtype`` values ``vllm.LLM`` accepts (vLLM 0.32.0's ``ModelDType``):
 #: the choices of ``--vllm-dtype``.
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -95,10 +139,11 @@ def check_length(
     raw: dict, prompt_len: int, gen_len: int, continuations: str = "reference"
 ) -> None:
     """``ValueError`` when ``prompt_len + gen_len`` tokens exceed the target's
-    ``max_position_embeddings`` (the longest sequence vLLM would serve), or,
+    ``max_position_embeddings`` (the longest sequence vLLM would serve;
+    ``Spark2_5Config``'s default where ``raw`` omits it), or,
     with ``vllm`` continuations, when the ``max_model_len`` the vLLM child
     asks for (``VLLM_EXTRA_POSITIONS`` more) does."""
-    limit = raw.get("max_position_embeddings")
+    limit = with_config_defaults(raw)["max_position_embeddings"]
     extra = VLLM_EXTRA_POSITIONS if continuations == "vllm" else 0
     needed = prompt_len + gen_len + extra
     if limit is None or needed <= limit:
@@ -347,8 +392,11 @@ def read_sequences(
 
 
 def write_sequences(path: Path, prompt_len: int, seqs: list[list[int]]) -> None:
-    """The file :func:`read_sequences` reads."""
-    path.write_text(json.dumps({"prompt_len": prompt_len, "sequences": seqs}) + "\n")
+    """The file :func:`read_sequences` reads, as a new file: ``FileExistsError``
+    rather than replacing one that exists."""
+    text = json.dumps({"prompt_len": prompt_len, "sequences": seqs}) + "\n"
+    with path.open("x") as f:
+        f.write(text)
 
 
 def target_and_sequences(
@@ -383,7 +431,9 @@ def target_and_sequences(
     elif sequences_file is not None:
         prompt_len, seqs = read_sequences(sequences_file, take)
     else:
-        vocab = json.loads((path / "config.json").read_text())["vocab_size"]
+        # Spark2_5Config's default where config.json omits it, as vLLM reads it.
+        raw = with_config_defaults(json.loads((path / "config.json").read_text()))
+        vocab = raw["vocab_size"]
         prompts = random_prompts(prompt_token_pool(path, vocab), num, prompt_len, seed)
         if continuations == "vllm":
             conts = greedy_continuations(

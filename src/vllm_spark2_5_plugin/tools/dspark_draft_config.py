@@ -26,6 +26,21 @@ def _dspark(raw: dict[str, Any], name: str) -> Any:
     )
 
 
+def _as_tuple(value: Any, sort: bool = False) -> Any:
+    """A list (or tuple) as a tuple, sorted with ``sort`` where its items
+    compare; anything else as given, so that the settings check reports the
+    value config.json holds (a string used to become its sorted characters:
+    ``"1,3"`` was reported as ``[',', '1', '3']``)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    if sort:
+        try:
+            return tuple(sorted(value))
+        except TypeError:  # items that do not compare: checked later
+            pass
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     vocab_size: int
@@ -57,21 +72,22 @@ class DraftConfig:
         default_ids = sorted(
             {min(n - 1, 1 + round(k * max(n - 3, 0) / 2)) for k in range(3)}
         )
+        confidence = _dspark(raw, "dspark_enable_confidence_head")
         dspark = {
             "block_size": _dspark(raw, "dspark_block_size") or 8,
             "markov_rank": _dspark(raw, "dspark_markov_rank") or 32,
             "target_layer_ids": _dspark(raw, "dspark_target_layer_ids") or default_ids,
             "markov_head_type": _dspark(raw, "dspark_markov_head_type") or "vanilla",
-            "enable_confidence_head": bool(
-                _dspark(raw, "dspark_enable_confidence_head")
-            ),
+            # As given (the settings check refuses a non-boolean such as
+            # "false", which bool() made True); False where it is omitted.
+            "enable_confidence_head": False if confidence is None else confidence,
             "noise_token_id": _dspark(raw, "dspark_noise_token_id"),
             "layer_types": raw.get("dspark_layer_types") or [SLIDING_TYPE],
             "sliding_window": raw.get("dspark_sliding_window") or raw["sliding_window"],
         }
         dspark.update({k: v for k, v in overrides.items() if v is not None})
-        dspark["target_layer_ids"] = tuple(sorted(dspark["target_layer_ids"]))
-        dspark["layer_types"] = tuple(dspark["layer_types"])
+        dspark["target_layer_ids"] = _as_tuple(dspark["target_layer_ids"], sort=True)
+        dspark["layer_types"] = _as_tuple(dspark["layer_types"])
         # The target's attention/MLP fields, read (with docs/model.md's
         # defaults) as the reference reads them.
         target = ReferenceConfig.from_dict(raw)
@@ -83,14 +99,19 @@ class DraftConfig:
         )
 
     def config_fields(self) -> dict[str, Any]:
-        """The canonical ``dspark_*`` fields of config.json."""
+        """The canonical ``dspark_*`` fields of config.json (a value that is
+        not a list is kept as given, for the settings check to name)."""
+
+        def as_list(value: Any) -> Any:
+            return list(value) if isinstance(value, tuple) else value
+
         return {
             "dspark_block_size": self.block_size,
             "dspark_markov_rank": self.markov_rank,
-            "dspark_target_layer_ids": list(self.target_layer_ids),
+            "dspark_target_layer_ids": as_list(self.target_layer_ids),
             "dspark_markov_head_type": self.markov_head_type,
             "dspark_enable_confidence_head": self.enable_confidence_head,
             "dspark_noise_token_id": self.noise_token_id,
-            "dspark_layer_types": list(self.layer_types),
+            "dspark_layer_types": as_list(self.layer_types),
             "dspark_sliding_window": self.sliding_window,
         }

@@ -27,23 +27,27 @@ from vllm_spark2_5_plugin.names import FULL
 from vllm_spark2_5_plugin.names import SLIDING as SLIDING_TYPE
 from vllm_spark2_5_plugin.ops.limits import unsupported_head_dim_reason
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
+from vllm_spark2_5_plugin.references.layers import with_config_defaults
 from vllm_spark2_5_plugin.tools.dspark_acceptance import (
     AcceptanceReport,
     checkpoint_acceptance,
     offline_acceptance,
 )
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
+    checked_config,
     checked_draft_prefix,
     draft_tensor_shapes,
     noise_token_id,
     read_draft,
     read_target_config,
     reference_input_problem,
+    weights_problem,
     with_dspark_fields,
     write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
+    SEED_MOST,
     VLLM_DTYPES,
     VLLM_OPTION_DEFAULTS,
     check_length,
@@ -51,6 +55,8 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     int_at_least,
     number_in_range,
     read_sequences,
+    seed_problem,
+    seed_value,
     settle_vllm_options,
     stacked_target_features,
     target_and_sequences,
@@ -172,6 +178,16 @@ def _layer_types(text: str) -> list[str]:
         ) from None
 
 
+def _layer_ids(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated target layer indices."""
+    try:
+        return [int(i) for i in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated layer indices such as 1,6,10, got {text!r}"
+        ) from None
+
+
 def _number(minimum: float, above: bool = False, most: float | None = None):
     """An argparse ``type``: a finite float in range (``number_in_range``)."""
     return number_in_range(float, minimum, above, most)
@@ -184,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "output", type=Path, help="where to write the checkpoint with the trained draft"
     )
-    add("--seed", type=int, default=0)
+    # The trainer seeds torch with --seed and --seed + 1.
+    add("--seed", type=seed_value(most=SEED_MOST - 1), default=0)
     add("--steps", type=int_at_least(0), default=1000)
     add("--num-prompts", type=int_at_least(1), default=64, help="training sequences")
     add(
@@ -232,11 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--markov-rank", type=int)
     add("--draft-layer-types", type=_layer_types, help="e.g. sliding,full")
     add("--draft-sliding-window", type=int)
-    add("--target-layer-ids", type=lambda s: [int(i) for i in s.split(",")])
+    add("--target-layer-ids", type=_layer_ids, help="e.g. 1,6,10")
     add("--confidence-head", action=argparse.BooleanOptionalAction, default=None)
     add("--noise-token-id", type=int)
     add("--sequences", type=Path, help="JSON {prompt_len, sequences}: skip generation")
-    add("--save-sequences", type=Path, help="write the sequences used (same format)")
+    add(
+        "--save-sequences",
+        type=Path,
+        help="write the sequences used (same format) to this new file",
+    )
     add(
         "--overwrite",
         action="store_true",
@@ -278,6 +299,18 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(problem)
     replace_output = dst.exists() and any(dst.iterdir())
     raw = read_target_config(src)
+    # The target's fields as vLLM reads them (a field of the wrong type used
+    # to end in a traceback from the draft config); a checkpoint the
+    # references would read wrongly (quantized, say); then every target
+    # tensor the run reads, from the shard headers. All before anything
+    # below reads them, and before --overwrite deletes anything.
+    try:
+        config = checked_config(src, raw)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    problem = reference_input_problem(src, raw) or weights_problem(src, config, raw)
+    if problem is not None:
+        raise SystemExit(problem)
     shape = dict(
         block_size=args.block_size,
         markov_rank=args.markov_rank,
@@ -302,11 +335,14 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         )
     try:
         check_draft_config(raw, cfg)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
+        # Only the dspark_* fields (of config.json or the options) are left
+        # to fail here: the target's passed checked_config above.
         raise SystemExit(
             f"the draft's settings cannot be served: {exc}. Set them with "
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
-            "--draft-layer-types, --draft-sliding-window or --noise-token-id"
+            "--confidence-head, --draft-layer-types, --draft-sliding-window or "
+            "--noise-token-id"
         ) from None
     # The references compute the features, the continuations and the
     # acceptance: refuse a checkpoint they would read wrongly, before any work.
@@ -331,7 +367,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         )
     if args.confidence_weight is None:
         args.confidence_weight = 1.0
-    problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS)
+    problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS) or seed_problem(args)
     if problem is not None:
         raise SystemExit(problem)
     given = check_data_options(args, raw, cfg.block_size, replace_output)
@@ -364,18 +400,21 @@ def check_data_options(
     sequences too short for an anchor (or, with held-out ones, for a draft
     step of ``block_size`` tokens) or longer than the target's positions, a
     ``--sequences`` file that cannot be trained on (it is read and checked
-    here, and returned), a ``--save-sequences`` path that cannot be written."""
+    here, and returned), a ``--save-sequences`` path that cannot be written
+    or would replace a file (any existing file, or one inside the input or
+    the output)."""
     # An anchor needs the token after it; a replayed draft step, K + 1 tokens.
     min_new = max(2, block_size + 1) if args.eval_prompts else 2
     given = None
     if args.sequences is not None:
+        fields = with_config_defaults(raw)  # as vLLM reads config.json
         try:
             given = read_sequences(
                 args.sequences,
                 take=args.num_prompts + args.eval_prompts,
-                vocab_size=raw.get("vocab_size"),
+                vocab_size=fields["vocab_size"],
                 min_new=min_new,
-                max_len=raw.get("max_position_embeddings"),
+                max_len=fields["max_position_embeddings"],
             )
         except ValueError as exc:
             raise SystemExit(f"--sequences: {exc}") from None
@@ -396,14 +435,26 @@ def check_data_options(
             raise SystemExit(
                 f"--save-sequences {save}: name a file in an existing directory"
             )
-        if replace_output and args.output.resolve() in save.resolve().parents:
-            raise SystemExit(
-                f"--save-sequences {save} is inside the output, which --overwrite "
-                "deletes; write it elsewhere"
-            )
         if args.sequences is not None and save.resolve() == args.sequences.resolve():
             raise SystemExit(
                 "--save-sequences would overwrite the --sequences file; name another"
+            )
+        # A file of the input or of the output (which the run writes, and
+        # --overwrite deletes first) is never the place: one written over
+        # the input's tokenizer.json broke the input and the output alike.
+        parents = save.resolve().parents
+        for what, where in (("input", args.input), ("output", args.output)):
+            if where.resolve() in parents:
+                deletes = what == "output" and replace_output
+                more = ", which --overwrite deletes" if deletes else ""
+                raise SystemExit(
+                    f"--save-sequences {save} is inside the {what} {where}{more}; "
+                    "write it elsewhere"
+                )
+        if save.exists() or save.is_symlink():
+            raise SystemExit(
+                f"--save-sequences {save} already exists; the trainer writes a new "
+                "file only: remove it or name another"
             )
     return given
 
