@@ -124,8 +124,6 @@ def weights_problem(
     used to end the tools in a ``KeyError`` or ``SafetensorError`` traceback
     after ``--overwrite`` had deleted the earlier output."""
     from vllm_spark2_5_plugin.models.checkpoint_tables import (
-        TARGET_HINTS,
-        defaults_note,
         draft_tensors,
         target_tensors,
     )
@@ -144,14 +142,35 @@ def weights_problem(
         settings, prefix = draft
         for name, want in draft_tensors(config, settings).items():
             expected[prefix + name.removeprefix("model.")] = want
+    return table_problem(path, expected, found, config, raw)
+
+
+def table_problem(
+    path: Path,
+    expected: dict[str, Any],
+    found: dict[str, tuple[tuple[int, ...], Path]],
+    config: Any,
+    raw: dict[str, Any],
+    fallback: str = "give a complete checkpoint",
+) -> str | None:
+    """The first tensor of ``expected`` (name -> ``Expected``) that ``found``
+    (name -> ``(shape, file)``, :func:`weight_shapes`) lacks or holds in
+    another shape, in one line naming the config fields behind the shape
+    (and those that took their defaults: ``config``, config.json ``raw``);
+    ``fallback`` is the advice for a missing tensor without a hint of its
+    own. ``None`` if every tensor is there in its shape."""
+    from vllm_spark2_5_plugin.models.checkpoint_tables import (
+        TARGET_HINTS,
+        defaults_note,
+    )
+
     missing = [name for name in expected if name not in found]
     if missing:
         name = missing[0]
         more = f" ({len(missing)} tensors missing)" if len(missing) > 1 else ""
-        hint = TARGET_HINTS.get(name, "give a complete checkpoint")
         return (
-            f"{path} lacks the tensor {name} ({expected[name].describe()}){more}; "
-            f"{hint}"
+            f"{path} lacks the tensor {name} ({expected[name].describe()}) that "
+            f"vLLM reads{more}; {TARGET_HINTS.get(name, fallback)}"
         )
     for name, want in expected.items():
         shape, file = found[name]

@@ -264,12 +264,11 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
     )
     from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
     from vllm_spark2_5_plugin.models.checkpoint_tables import (
-        TARGET_HINTS,
-        defaults_note,
         draft_tensors,
         target_tensors,
     )
     from vllm_spark2_5_plugin.names import DSPARK_ALIASES
+    from vllm_spark2_5_plugin.tools.dspark_checkpoint import table_problem
 
     config_file = src / "config.json"
     try:
@@ -314,24 +313,12 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
         for name, want in draft_tensors(config, settings).items():
             expected[prefixes[0] + name.removeprefix("model.")] = want
 
-    missing = [name for name in expected if name not in shapes]
-    if missing:
-        name = missing[0]
-        hint = TARGET_HINTS.get(name)
-        raise ValueError(
-            f"{src} lacks the tensor {name} ({expected[name].describe()}) that "
-            "vLLM reads"
-            + (f" ({len(missing)} tensors missing)" if len(missing) > 1 else "")
-            + f"; {hint or 'quantize a complete Spark2_5 checkpoint'}"
-        )
-    for name, want in expected.items():
-        if shapes[name] != want.shape:
-            raise ValueError(
-                f"{name} in {where[name]} has shape {shapes[name]}, but "
-                f"config.json gives {want.describe()}: the checkpoint and "
-                "config.json disagree; fix whichever is wrong"
-                + defaults_note(config, want.differing_fields(shapes[name]), raw)
-            )
+    found = {name: (shape, where[name]) for name, shape in shapes.items()}
+    problem = table_problem(
+        src, expected, found, config, raw, "quantize a complete Spark2_5 checkpoint"
+    )
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def check_directories(src: Path, dst: Path) -> None:
