@@ -485,8 +485,23 @@ def test_a_malformed_target_field_is_named_in_config_json(
             {"dspark_enable_confidence_head": "false"},
             r"dspark_enable_confidence_head must be true or false, got 'false'",
         ),
+        # Falsy values took the trainer's defaults without a word.
+        ({"dspark_block_size": 0}, r"dspark_block_size .*positive integer, got 0"),
+        ({"dspark_markov_rank": 0}, r"dspark_markov_rank must be a positive"),
+        ({"dspark_target_layer_ids": []}, r"dspark_target_layer_ids .* got \[\]"),
+        ({"dspark_layer_types": []}, r"dspark_layer_types must be a non-empty"),
+        ({"dspark_sliding_window": 0}, r"dspark_sliding_window must be a positive"),
     ],
-    ids=["layer-ids", "layer-types", "confidence"],
+    ids=[
+        "layer-ids",
+        "layer-types",
+        "confidence",
+        "block-0",
+        "rank-0",
+        "ids-empty",
+        "types-empty",
+        "window-0",
+    ],
 )
 def test_a_malformed_draft_field_is_reported_as_given(
     tmp_path, tiny, changes, message, monkeypatch, capsys

@@ -72,18 +72,30 @@ class DraftConfig:
         default_ids = sorted(
             {min(n - 1, 1 + round(k * max(n - 3, 0) / 2)) for k in range(3)}
         )
-        confidence = _dspark(raw, "dspark_enable_confidence_head")
+
+        def given(value: Any, default: Any) -> Any:
+            # Only an omitted (null) field takes the default: a 0, [] or
+            # "false" is kept as given, for the settings check to refuse by
+            # name (it was replaced by the default without a word).
+            return default if value is None else value
+
         dspark = {
-            "block_size": _dspark(raw, "dspark_block_size") or 8,
-            "markov_rank": _dspark(raw, "dspark_markov_rank") or 32,
-            "target_layer_ids": _dspark(raw, "dspark_target_layer_ids") or default_ids,
-            "markov_head_type": _dspark(raw, "dspark_markov_head_type") or "vanilla",
-            # As given (the settings check refuses a non-boolean such as
-            # "false", which bool() made True); False where it is omitted.
-            "enable_confidence_head": False if confidence is None else confidence,
+            "block_size": given(_dspark(raw, "dspark_block_size"), 8),
+            "markov_rank": given(_dspark(raw, "dspark_markov_rank"), 32),
+            "target_layer_ids": given(
+                _dspark(raw, "dspark_target_layer_ids"), default_ids
+            ),
+            "markov_head_type": given(
+                _dspark(raw, "dspark_markov_head_type"), "vanilla"
+            ),
+            "enable_confidence_head": given(
+                _dspark(raw, "dspark_enable_confidence_head"), False
+            ),
             "noise_token_id": _dspark(raw, "dspark_noise_token_id"),
-            "layer_types": raw.get("dspark_layer_types") or [SLIDING_TYPE],
-            "sliding_window": raw.get("dspark_sliding_window") or raw["sliding_window"],
+            "layer_types": given(raw.get("dspark_layer_types"), [SLIDING_TYPE]),
+            "sliding_window": given(
+                raw.get("dspark_sliding_window"), raw["sliding_window"]
+            ),
         }
         dspark.update({k: v for k, v in overrides.items() if v is not None})
         dspark["target_layer_ids"] = _as_tuple(dspark["target_layer_ids"], sort=True)
