@@ -211,6 +211,7 @@ small_pair() {  # /tmp/small and its in-tree Llama twin /tmp/small-llama
 
 small_train() {  # the trained checkpoint of benchmarks/dspark_serving_h200.md
   small_pair
+  rm -f /tmp/small-seqs.json  # --save-sequences writes a new file only
   run small-train spark2_5-train-dspark /tmp/small /tmp/small-dspark --overwrite \
     --device cuda --dtype bfloat16 --continuations vllm --vllm-dtype bfloat16 \
     --vllm-gpu-memory-utilization 0.5 --num-prompts "${SMALL_TRAIN_PROMPTS:-4096}" \
