@@ -698,3 +698,36 @@ def test_a_shallow_copy_does_not_share_the_given_rope_fields():
     original.rope_parameters = {"rope_type": "linear", "factor": 2.0}
     thetas = {t: p["rope_theta"] for t, p in original.rope_parameters.items()}
     assert thetas == {"sliding_attention": 1e4, "full_attention": 1e6}
+
+
+# ---------------------------------------------------------------------------
+# LoRA on GPUs takes 16-bit activations
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "refused"),
+    [("float32", True), ("bfloat16", False), ("float16", False)],
+)
+def test_float32_lora_is_refused_where_vllm_runs_lora_on_gpus(
+    tiny_checkpoint, monkeypatch, dtype, refused
+):
+    """On the H100, a float32 model with --enable-lora started and the first
+    request with an adapter failed ``assert inputs.dtype in [torch.float16,
+    torch.bfloat16]`` in vLLM's Triton LoRA kernel, inside the engine. The
+    platform is made to answer as CUDA's here; the CPU build runs float32
+    LoRA (tests/test_lora.py), so there nothing is refused."""
+    from vllm.platforms import current_platform
+
+    fields = {"max_model_len": 256, "enable_lora": True, "dtype": dtype}
+    _engine_config(tiny_checkpoint, **fields)  # the CPU build: accepted
+    monkeypatch.setattr(current_platform, "is_cuda_alike", lambda: True)
+    if not refused:
+        from vllm_spark2_5_plugin.configs.spark2_5 import _check_lora_dtype
+
+        _check_lora_dtype(_engine_config(tiny_checkpoint, **fields))
+        return
+    with pytest.raises(
+        ValueError, match="--enable-lora with dtype float32: .*bfloat16"
+    ):
+        _engine_config(tiny_checkpoint, **fields)

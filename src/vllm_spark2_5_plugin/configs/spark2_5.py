@@ -649,6 +649,30 @@ def check_target_config(vllm_config: Any) -> None:
         ) from None
     _check_tokenizer_fits(model_config, config)  # vocab_size is an int now
     _check_kv_heads_split(vllm_config, config)
+    _check_lora_dtype(vllm_config)
+
+
+def _check_lora_dtype(vllm_config: Any) -> None:
+    """vLLM's LoRA kernels on GPUs (Triton, ``lora_shrink``) take float16 and
+    bfloat16 only: a float32 model with ``--enable-lora`` starts, then the
+    first request with an adapter fails an assertion inside the engine,
+    which takes the server down. Refused at start-up instead (the CPU build
+    runs LoRA in float32)."""
+    if getattr(vllm_config, "lora_config", None) is None:
+        return
+    import torch
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda_alike():
+        return
+    dtype = vllm_config.model_config.dtype
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(
+            f"--enable-lora with dtype {str(dtype).removeprefix('torch.')}: "
+            "vLLM's LoRA kernels on GPUs take float16 or bfloat16 only (the "
+            "first request with an adapter would stop the engine); serve with "
+            "--dtype bfloat16 or --dtype float16"
+        )
 
 
 def _check_kv_heads_split(vllm_config: Any, config: Spark2_5Config) -> None:
