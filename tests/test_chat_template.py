@@ -254,24 +254,3 @@ def test_a_parsed_reply_sent_back_renders_as_the_model_wrote_it(tokenizer, reply
         [user, message], tools=TOOLS, tokenize=False
     )
     assert history == prompt + reply
-
-
-@pytest.mark.parametrize("key", [" a", "b ", "\tc\n", "\u00a0d"], ids=ascii)
-def test_an_argument_key_with_whitespace_at_an_end_is_refused(tokenizer, key):
-    """The parser strips keys: {" a": 1} came back as {"a": "1"} (renamed,
-    and typed as another parameter), and {"a": .., " a": ..} as content."""
-    from jinja2 import TemplateError
-
-    call = {"function": {"name": "lookup", "arguments": {"a": 1, key: 2}}}
-    messages = [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-    ]
-    with pytest.raises(
-        TemplateError, match="message 1: the argument key .* whitespace"
-    ):
-        tokenizer.apply_chat_template(messages, tokenize=False)
-    call["function"]["arguments"] = {"a b": 1}  # inner whitespace is carried
-    assert "<arg_key>a b</arg_key>" in tokenizer.apply_chat_template(
-        messages, tokenize=False
-    )
