@@ -421,15 +421,15 @@ def test_a_seed_torch_cannot_take_is_refused_before_anything_is_written(
 ):
     """It used to be a traceback (or an error not naming --seed) after
     config.json was written."""
-    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main, seed_arg
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main, seed_value
 
     out = tmp_path / "out"
     message = _refused(capsys, main, [str(out), *preset, "--seed", str(seed)])
     assert f"error: argument --seed: must be from {-(2**63)} to {2**64 - 1}" in message
     assert not out.exists()
     # The ends of the range are seeds.
-    assert seed_arg(str(2**64 - 1)) == 2**64 - 1
-    assert seed_arg(str(-(2**63))) == -(2**63)
+    assert seed_value()(str(2**64 - 1)) == 2**64 - 1
+    assert seed_value()(str(-(2**63))) == -(2**63)
     # The library refuses it too, before the path is touched.
     with pytest.raises(ValueError, match="seed must be from"):
         make_checkpoint(out, "mini", seed=seed)

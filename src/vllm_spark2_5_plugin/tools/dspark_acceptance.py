@@ -49,12 +49,12 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     prompt_token_pool,
     random_prompts,
     read_sequences,
-    seed_problem,
-    seed_value,
     settle_vllm_options,
     target_and_sequences,
     target_features,
+    vllm_seed_problem,
 )
+from vllm_spark2_5_plugin.tools.tiny_checkpoint import seed_value
 
 # -- the replay ------------------------------------------------------------------------
 
@@ -169,7 +169,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if problem is not None:
         parser.error(problem)
-    if (problem := seed_problem(args)) is not None:
+    if (problem := vllm_seed_problem(args)) is not None:
         parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint
     raw = read_target_config(path)

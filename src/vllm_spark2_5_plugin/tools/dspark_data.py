@@ -84,34 +84,11 @@ def device_name(text: str) -> str:
     return text
 
 
-#: The seeds ``torch.manual_seed`` (and a ``torch.Generator``) take.
-SEED_LEAST, SEED_MOST = -(2**63), 2**64 - 1
 #: The seeds the vLLM child takes: vLLM seeds NumPy with it (``np.random.seed``).
 VLLM_SEED_MOST = 2**32 - 1
 
 
-def seed_value(most: int = SEED_MOST):
-    """An argparse ``type``: an integer seed torch takes, ``SEED_LEAST ..
-    most`` (a larger one ended the run in an ``Overflow when unpacking long
-    long`` traceback, after ``--overwrite`` had deleted the earlier output)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer, got {text!r}"
-            ) from None
-        if not SEED_LEAST <= value <= most:
-            raise argparse.ArgumentTypeError(
-                f"must be from {SEED_LEAST} to {most}, got {value}"
-            )
-        return value
-
-    return parse
-
-
-def seed_problem(args: Any) -> str | None:
+def vllm_seed_problem(args: Any) -> str | None:
     """Why ``--seed`` cannot seed the vLLM child, or None: with
     ``--continuations vllm`` (and no ``--sequences``) vLLM seeds NumPy with
     it, which takes ``0 .. VLLM_SEED_MOST`` only."""

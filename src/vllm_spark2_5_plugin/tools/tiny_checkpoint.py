@@ -235,30 +235,35 @@ def iter_random_weights(
         yield name, tensor.contiguous()
 
 
-#: The seeds ``torch.Generator().manual_seed`` accepts.
-SEED_RANGE = (-(2**63), 2**64 - 1)
+#: The seeds ``torch.manual_seed`` and a ``torch.Generator`` take.
+SEED_LEAST, SEED_MOST = -(2**63), 2**64 - 1
 
 
-def seed_problem(seed: int) -> str | None:
-    """Why ``seed`` cannot seed the weights' generator, or ``None``."""
-    try:
-        torch.Generator().manual_seed(seed)
-    except (RuntimeError, ValueError, OverflowError, TypeError):
-        low, high = SEED_RANGE
-        return f"must be from {low} to {high} (a torch generator's seed), got {seed}"
-    return None
+def seed_problem(seed: int, most: int = SEED_MOST) -> str | None:
+    """Why ``seed`` cannot seed torch (``SEED_LEAST .. most``), or ``None``
+    (a larger one ended a run in an ``Overflow when unpacking long long``
+    traceback)."""
+    if SEED_LEAST <= seed <= most:
+        return None
+    return f"must be from {SEED_LEAST} to {most}, got {seed}"
 
 
-def seed_arg(value: str) -> int:
-    """``--seed``: an integer that :func:`seed_problem` accepts."""
-    try:
-        seed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
-    problem = seed_problem(seed)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return seed
+def seed_value(most: int = SEED_MOST):
+    """An argparse ``type`` for ``--seed``: an integer :func:`seed_problem`
+    accepts (``most`` below ``SEED_MOST`` for a tool that also seeds with a
+    larger value)."""
+
+    def parse(text: str) -> int:
+        try:
+            seed = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        problem = seed_problem(seed, most)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return seed
+
+    return parse
 
 
 def checkpoint_config(
@@ -351,10 +356,9 @@ def add_checkpoint_arguments(
     )
     parser.add_argument(
         "--seed",
-        type=seed_arg,
+        type=seed_value(),
         default=0,
-        help=f"seed of the random weights, {SEED_RANGE[0]} to {SEED_RANGE[1]} "
-        "(default 0)",
+        help=f"seed of the random weights, {SEED_LEAST} to {SEED_MOST} (default 0)",
     )
     parser.add_argument(
         "--dtype",

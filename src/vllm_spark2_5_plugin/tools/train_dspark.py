@@ -47,7 +47,6 @@ from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
-    SEED_MOST,
     VLLM_DTYPES,
     VLLM_OPTION_DEFAULTS,
     check_length,
@@ -55,11 +54,10 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     int_at_least,
     number_in_range,
     read_sequences,
-    seed_problem,
-    seed_value,
     settle_vllm_options,
     stacked_target_features,
     target_and_sequences,
+    vllm_seed_problem,
     write_sequences,
 )
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
@@ -72,9 +70,11 @@ from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
     state_fit_problem,
 )
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import (
+    SEED_MOST,
     empty_dir,
     output_location_problem,
     overwrite_problem,
+    seed_value,
 )
 
 # -- training --------------------------------------------------------------------------
@@ -367,7 +367,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         )
     if args.confidence_weight is None:
         args.confidence_weight = 1.0
-    problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS) or seed_problem(args)
+    problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS) or vllm_seed_problem(args)
     if problem is not None:
         raise SystemExit(problem)
     given = check_data_options(args, raw, cfg.block_size, replace_output)
