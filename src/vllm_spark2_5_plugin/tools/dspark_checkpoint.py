@@ -88,24 +88,29 @@ def checked_config(path: Path, raw: dict[str, Any]) -> Any:
         raise ValueError(f"{path / 'config.json'}: {exc}") from None
 
 
-def weight_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
-    """Every tensor of the checkpoint's shards (the ``*.safetensors`` files the
-    references read) -> ``(shape, file)``, from the file headers only.
-    ``ValueError`` naming the file when one is not a readable safetensors
-    file (truncated, say), instead of a ``SafetensorError`` traceback."""
+def unreadable_weights(file: Path, exc: Exception) -> str:
+    """The one line for a weight file safetensors cannot read."""
+    return f"{file} is not a readable safetensors file ({exc}); restore it"
+
+
+def weight_shapes(
+    path: Path, files: list[Path] | None = None
+) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Every tensor of the checkpoint's ``files`` (default: its
+    ``*.safetensors`` files, which the references read) -> ``(shape, file)``,
+    from the file headers only. ``ValueError`` naming the file when one is
+    not a readable safetensors file (truncated, say), instead of a
+    ``SafetensorError`` traceback."""
     from safetensors import SafetensorError, safe_open
 
     found: dict[str, tuple[tuple[int, ...], Path]] = {}
-    for shard in sorted(path.glob("*.safetensors")):
+    for shard in sorted(path.glob("*.safetensors")) if files is None else files:
         try:
             with safe_open(str(shard), framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                     found[name] = (tuple(f.get_slice(name).get_shape()), shard)
         except (OSError, SafetensorError) as exc:
-            raise ValueError(
-                f"{shard} is not a readable safetensors file ({exc}); restore it "
-                "or give a complete checkpoint"
-            ) from None
+            raise ValueError(unreadable_weights(shard, exc)) from None
     return found
 
 

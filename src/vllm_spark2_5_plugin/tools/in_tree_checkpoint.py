@@ -17,31 +17,26 @@ import torch
 
 from vllm_spark2_5_plugin.configs.spark2_5 import SIZE_FIELDS, Spark2_5Config
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, SLIDING
-from vllm_spark2_5_plugin.tools.dspark_checkpoint import read_target_config
+from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
+    read_target_config,
+    unreadable_weights,
+    weight_shapes,
+)
 from vllm_spark2_5_plugin.tools.make_checkpoint import IN_TREE_ARCHS
 from vllm_spark2_5_plugin.tools.tiny_checkpoint import writing_into
-
-
-def _unreadable(file: Path, exc: Exception) -> SystemExit:
-    return SystemExit(f"{file} is not a readable safetensors file ({exc}); restore it")
 
 
 def _weight_files(spark_dir: Path, num_layers: int) -> list[Path]:
     """The checkpoint's weight files; ``SystemExit`` when it has none, one
     cannot be read (truncated, not safetensors), or it lacks a tensor the
     copies are built from."""
-    from safetensors import SafetensorError, safe_open
-
     files = sorted(spark_dir.glob("*.safetensors"))
     if not files:
         raise SystemExit(f"{spark_dir} has no *.safetensors weights to copy")
-    names: set[str] = set()
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                names.update(f.keys())
-        except (OSError, SafetensorError) as exc:
-            raise _unreadable(file, exc) from None
+    try:
+        names = weight_shapes(spark_dir, files)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     needed = ["model.embed_tokens.weight", "model.norm.weight"] + [
         f"model.layers.{i}.post_attention_layernorm.weight" for i in range(num_layers)
     ]
@@ -143,7 +138,7 @@ def write_in_tree(
                         continue
                     tensors[name] = f.get_tensor(name)
         except (OSError, SafetensorError) as exc:
-            raise _unreadable(file, exc) from None
+            raise SystemExit(unreadable_weights(file, exc)) from None
     if arch == "gemma3":
         ref = tensors["model.norm.weight"]
         for key in [k for k in tensors if k.endswith("norm.weight")]:

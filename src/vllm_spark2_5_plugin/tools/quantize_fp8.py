@@ -256,43 +256,30 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
     say, ``model.norm.weight`` used to be quantized into an FP8 checkpoint
     that vLLM served with a norm of ones and no error.
     """
-    from safetensors import SafetensorError, safe_open
-
     from vllm_spark2_5_plugin.configs.dspark import (
         DSPARK_REQUIRED,
         read_dspark_settings,
     )
-    from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
     from vllm_spark2_5_plugin.models.checkpoint_tables import (
         draft_tensors,
         target_tensors,
     )
     from vllm_spark2_5_plugin.names import DSPARK_ALIASES
-    from vllm_spark2_5_plugin.tools.dspark_checkpoint import table_problem
+    from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
+        checked_config,
+        table_problem,
+        weight_shapes,
+    )
 
     config_file = src / "config.json"
-    try:
-        config = Spark2_5Config.from_dict(raw)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{config_file}: {exc}") from None
-    shapes: dict[str, tuple[int, ...]] = {}
-    where: dict[str, Path] = {}
-    for file in weight_files(src):
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                    shapes[name] = tuple(f.get_slice(name).get_shape())
-                    where[name] = file
-        except (OSError, SafetensorError) as exc:
-            raise ValueError(
-                f"{file} is not a readable safetensors file ({exc}); restore it"
-            ) from None
+    config = checked_config(src, raw)
+    found = weight_shapes(src, weight_files(src))
     expected = target_tensors(config)
 
     # The draft: checked against its table only where config.json describes
     # one (without the dspark_* fields the draft's tensors are only copied).
     prefixes = sorted(
-        {p for n in shapes for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)}
+        {p for n in found for p in DRAFT_WEIGHT_PREFIXES if n.startswith(p)}
     )
     described = any(
         raw.get(field) is not None
@@ -305,7 +292,7 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
                 "reads one: keep the draft under one of them"
             )
         try:
-            settings = read_dspark_settings(Spark2_5Config.from_dict(raw))
+            settings = read_dspark_settings(config)
         except ValueError as exc:
             raise ValueError(f"{config_file}: {exc}") from None
         # The table names the draft's tensors model.<name>; the checkpoint
@@ -313,7 +300,6 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
         for name, want in draft_tensors(config, settings).items():
             expected[prefixes[0] + name.removeprefix("model.")] = want
 
-    found = {name: (shape, where[name]) for name, shape in shapes.items()}
     problem = table_problem(
         src, expected, found, config, raw, "quantize a complete Spark2_5 checkpoint"
     )
