@@ -50,7 +50,6 @@ import argparse
 import copy
 import dataclasses
 import difflib
-import inspect
 import json
 import math
 import os
@@ -538,20 +537,15 @@ def _parse_set(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, A
     """The ``--set KEY=JSON`` overrides (a value that is not JSON is a
     string); ``parser.error`` for an item without ``=`` or a key that is one
     of :func:`make_checkpoint`'s own arguments (:data:`KEYWORD_OPTIONS`)."""
-    keywords = {
-        name
-        for name, param in inspect.signature(make_checkpoint).parameters.items()
-        if param.kind is not inspect.Parameter.VAR_KEYWORD
-    }
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"argument --set: expected KEY=JSON, got {item!r}")
-        if key in keywords:
+        if key in KEYWORD_OPTIONS:
             parser.error(
                 f"argument --set: unknown config field {key!r} "
-                f"(use {KEYWORD_OPTIONS.get(key, 'its own option')})"
+                f"(use {KEYWORD_OPTIONS[key]})"
             )
         try:
             out[key] = json.loads(value)
