@@ -168,6 +168,28 @@ def test_adapters_in_one_bf16_batch_match_merged_reference(setup, tp, monkeypatc
         assert got["clear_top1_agreement"] >= MIN_CLEAR_AGREEMENT, (name, got)
 
 
+def test_float32_with_lora_is_refused_before_the_engine_starts(setup):
+    """On the H100 a float32 model with ``--enable-lora`` started, and the
+    first request with an adapter stopped the engine inside vLLM's Triton
+    LoRA kernel (it takes 16-bit activations only). On the real CUDA platform
+    the plugin refuses the pair while vLLM builds its config, naming the
+    dtype and the fix."""
+    from vllm import LLM
+
+    base, _, _ = setup
+    with pytest.raises(
+        ValueError, match=r"--enable-lora with dtype float32: .*--dtype bfloat16"
+    ):
+        LLM(
+            str(base),
+            dtype="float32",
+            enable_lora=True,
+            max_lora_rank=RANK,
+            max_model_len=256,
+            gpu_memory_utilization=0.3,
+        )
+
+
 if __name__ == "__main__":
     # The same measurement on the CPU build (bf16), for the bounds above.
     # Three LoRA slots: vLLM 0.32.0's CPU LoRA ops read the no-adapter
