@@ -10,6 +10,7 @@ tensors under several prefixes; a config.json that omits defaulted fields.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -54,18 +55,28 @@ def _edited(tiny: Path, dst: Path, **changes) -> Path:
     return dst
 
 
-def _trainer_refuses(tmp_path: Path, src: Path, *extra: str) -> str:
-    """The one-line message of a trainer run that must stop before deleting
-    the earlier output (``--overwrite``) or doing any work."""
+def _usage_error(capsys, stopped: pytest.ExceptionInfo[SystemExit]) -> str:
+    """The message of a refusal made as argparse makes one: the usage line,
+    one ``PROG: error: MESSAGE`` line, exit status 2, no traceback."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert stopped.value.code == 2 and len(lines) == 1, err
+    assert err.startswith("usage: ") and "Traceback" not in err, err
+    prefix = f"{argparse.ArgumentParser().prog}: error: "
+    assert lines[0].startswith(prefix), err
+    return lines[0].removeprefix(prefix)
+
+
+def _trainer_refuses(capsys, tmp_path: Path, src: Path, *extra: str) -> str:
+    """The message of a trainer run that must stop before deleting the
+    earlier output (``--overwrite``) or doing any work."""
     dst = tmp_path / "out"
     dst.mkdir()
     (dst / "kept.txt").write_text("an earlier run")
     with pytest.raises(SystemExit) as stopped:
         train([str(src), str(dst), "--overwrite", *SMALL, *extra])
     assert (dst / "kept.txt").read_text() == "an earlier run"
-    said = str(stopped.value.code)
-    assert "\n" not in said, said
-    return said
+    return _usage_error(capsys, stopped)
 
 
 def _acceptance_refuses(capsys, ckpt: Path, *extra: str) -> str:
@@ -110,7 +121,7 @@ def test_a_rope_type_the_reference_lacks_is_refused_up_front(
     monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
     monkeypatch.setattr(acc, "target_and_sequences", _no_work)
     extra = ("--continuations", continuations)
-    said = _trainer_refuses(tmp_path, src, *extra)
+    said = _trainer_refuses(capsys, tmp_path, src, *extra)
     assert re.search(message, said), said
     said = _acceptance_refuses(capsys, src, "--num-tokens", "4", *extra)
     assert re.search(message.lstrip("^"), said), said
@@ -127,7 +138,7 @@ def test_a_quantized_checkpoint_is_refused(tmp_path, tiny, monkeypatch, capsys):
         r"is a quantized checkpoint .*'compressed-tensors'.*train and measure on "
         r"the unquantized checkpoint and quantize afterwards"
     )
-    assert re.search(expected, _trainer_refuses(tmp_path, src))
+    assert re.search(expected, _trainer_refuses(capsys, tmp_path, src))
     assert re.search(expected, _acceptance_refuses(capsys, src))
 
 
@@ -166,7 +177,7 @@ def test_length_check_matches_the_vllm_childs_max_model_len(
         rf"{64 + dspark_data.VLLM_EXTRA_POSITIONS} positions .* exceed the model's "
         r"max_position_embeddings 64"
     )
-    assert re.search(expected, _trainer_refuses(tmp_path, src, *extra))
+    assert re.search(expected, _trainer_refuses(capsys, tmp_path, src, *extra))
     assert re.search(expected, _acceptance_refuses(capsys, src, *extra))
     # The reference continuations need no more than P + G positions.
     dspark_data.check_length({"max_position_embeddings": 64}, 16, 48)
@@ -251,7 +262,7 @@ def test_vllm_options_without_vllm_continuations_are_refused(
     monkeypatch.setattr(acc, "target_and_sequences", _no_work)
     extra = tuple(str(tmp_path / "seqs.json") if a == "S" else a for a in extra)
     why = "--sequences supplies" if "--sequences" in extra else "continuations are"
-    said = _trainer_refuses(tmp_path, tiny, *extra)
+    said = _trainer_refuses(capsys, tmp_path, tiny, *extra)
     assert said.startswith("--vllm-dtype set how vLLM writes"), said
     assert why in said, said
     line = _acceptance_refuses(capsys, tiny, *extra)
@@ -259,19 +270,21 @@ def test_vllm_options_without_vllm_continuations_are_refused(
 
 
 def test_the_vllm_memory_option_without_vllm_continuations_is_refused(
-    tmp_path, tiny, monkeypatch
+    tmp_path, tiny, monkeypatch, capsys
 ) -> None:
     monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
-    said = _trainer_refuses(tmp_path, tiny, "--vllm-gpu-memory-utilization", "0.5")
+    said = _trainer_refuses(
+        capsys, tmp_path, tiny, "--vllm-gpu-memory-utilization", "0.5"
+    )
     assert said.startswith("--vllm-gpu-memory-utilization set how vLLM"), said
 
 
 def test_a_confidence_weight_without_a_confidence_head_is_refused(
-    tmp_path, tiny, monkeypatch
+    tmp_path, tiny, monkeypatch, capsys
 ) -> None:
     """It weighs the head's loss; without a head it was ignored silently."""
     monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
-    said = _trainer_refuses(tmp_path, tiny, "--confidence-weight", "3")
+    said = _trainer_refuses(capsys, tmp_path, tiny, "--confidence-weight", "3")
     assert "--confidence-weight weighs the confidence head's loss" in said, said
     assert "--confidence-head" in said, said
 
@@ -309,22 +322,13 @@ def _earlier_checkpoint(tmp_path: Path) -> Path:
 def _trainer_keeps_the_earlier_checkpoint(
     tmp_path: Path, capsys, src: Path, *extra: str
 ) -> str:
-    """The one-line message (or argparse error line) of a trainer run with
-    ``--overwrite`` over an earlier checkpoint, which must stop before
-    deleting it."""
+    """The message of a trainer run with ``--overwrite`` over an earlier
+    checkpoint, which must stop before deleting it."""
     dst = _earlier_checkpoint(tmp_path)
     with pytest.raises(SystemExit) as stopped:
         train([str(src), str(dst), "--overwrite", *SMALL, *extra])
     assert (dst / "kept.txt").read_text() == "an earlier run"
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    if stopped.value.code == 2:  # argparse
-        lines = [line for line in err.splitlines() if "error:" in line]
-        assert len(lines) == 1, err
-        return lines[0]
-    said = str(stopped.value.code)
-    assert "\n" not in said, said
-    return said
+    return _usage_error(capsys, stopped)
 
 
 def _broken_weights(tiny: Path, dst: Path, how: str) -> Path:

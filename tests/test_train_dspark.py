@@ -8,6 +8,7 @@ and the checkpoint it writes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -531,11 +532,17 @@ def _no_work(*args, **kwargs):
 
 
 def _refusal(capsys, call) -> str:
-    """The message of a command that must stop: its ``SystemExit`` text, or
-    the argparse error it printed."""
+    """The message of a command that must stop on its input as argparse does:
+    the usage line, one ``PROG: error: MESSAGE`` line, exit status 2."""
     with pytest.raises(SystemExit) as stopped:
         call()
-    return f"{stopped.value.code}\n{capsys.readouterr().err}"
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert stopped.value.code == 2 and len(lines) == 1, err
+    assert err.startswith("usage: ") and "Traceback" not in err, err
+    prefix = f"{argparse.ArgumentParser().prog}: error: "
+    assert lines[0].startswith(prefix), err
+    return lines[0].removeprefix(prefix)
 
 
 @pytest.mark.parametrize(
@@ -739,14 +746,15 @@ def test_trainer_refuses_bad_input_before_any_work(
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("where", ["output", "parent"])
 def test_trainer_refuses_an_output_that_is_a_file(
-    tmp_path, tiny, where, overwrite, monkeypatch
+    tmp_path, tiny, where, overwrite, monkeypatch, capsys
 ) -> None:
     monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
     file = tmp_path / "notes.txt"
     file.write_text("not a checkpoint")
     dst = file if where == "output" else file / "out"
-    with pytest.raises(SystemExit, match=r"notes\.txt is a file, not a directory"):
-        train([str(tiny), str(dst), *(["--overwrite"] if overwrite else [])])
+    extra = ["--overwrite"] if overwrite else []
+    said = _refusal(capsys, lambda: train([str(tiny), str(dst), *extra]))
+    assert re.search(r"notes\.txt is a file, not a directory", said), said
     assert file.read_text() == "not a checkpoint"
 
 
@@ -754,7 +762,7 @@ def test_trainer_refuses_an_output_that_is_a_file(
     "where", ["in-output", "the-input-file", "in-input", "in-new-output", "existing"]
 )
 def test_trainer_refuses_a_save_sequences_path_it_would_lose(
-    tmp_path, tiny, sequences, where, monkeypatch
+    tmp_path, tiny, sequences, where, monkeypatch, capsys
 ) -> None:
     """--save-sequences inside an output that --overwrite deletes, onto the
     --sequences file (which would keep only the sequences used), onto any
@@ -780,8 +788,9 @@ def test_trainer_refuses_a_save_sequences_path_it_would_lose(
         "existing": (other, "already exists"),
     }[where]
     text = sequences.read_text()
-    with pytest.raises(SystemExit, match=f"--save-sequences .*{message}"):
-        _train(src, dst, sequences, "--save-sequences", str(save), *overwrite)
+    extra = ("--save-sequences", str(save), *overwrite)
+    said = _refusal(capsys, lambda: _train(src, dst, sequences, *extra))
+    assert re.search(f"^--save-sequences .*{message}", said), said
     if overwrite:
         assert (dst / "kept.txt").read_text() == "an earlier run"
     else:
@@ -888,20 +897,22 @@ def test_acceptance_needs_a_block_size_or_num_tokens(
 
 @pytest.mark.parametrize("where", ["parent", "child"])
 def test_trainer_output_never_contains_or_sits_inside_the_input(
-    tmp_path, where
+    tmp_path, where, capsys
 ) -> None:
     """With --overwrite, an output that holds the input would delete it."""
     src = make_tiny_checkpoint(tmp_path / "models" / "spark")
     dst = tmp_path / "models" if where == "parent" else src / "trained"
-    with pytest.raises(SystemExit, match="must not contain or be inside"):
-        train([str(src), str(dst), "--overwrite"])
+    said = _refusal(capsys, lambda: train([str(src), str(dst), "--overwrite"]))
+    assert "must not contain or be inside" in said, said
     assert (src / "model.safetensors").is_file()
 
 
 def test_acceptance_refuses_a_checkpoint_without_a_draft(tmp_path, capsys) -> None:
     plain = make_tiny_checkpoint(tmp_path / "plain")
-    with pytest.raises(SystemExit):
-        acc.run([str(plain)])
-    assert "has no DSpark draft tensors" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="not a checkpoint directory"):
-        acc.run([str(tmp_path / "missing")])
+    said = _refusal(capsys, lambda: acc.run([str(plain)]))
+    assert "has no DSpark draft tensors" in said, said
+    said = _refusal(capsys, lambda: acc.run([str(tmp_path / "missing")]))
+    assert "missing is not a checkpoint directory: no config.json" in said, said
+    llama = _not_a_spark2_5_checkpoint(tmp_path)
+    said = _refusal(capsys, lambda: acc.run([str(llama)]))
+    assert "is not a Spark2_5 checkpoint (model_type 'llama'" in said, said

@@ -172,7 +172,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     if (problem := vllm_seed_problem(args)) is not None:
         parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint
-    raw = read_target_config(path)
+    try:
+        raw = read_target_config(path)
+    except SystemExit as exc:  # not a Spark2_5 checkpoint directory
+        parser.error(str(exc))
     try:  # the target's fields as vLLM reads them
         config = checked_config(path, raw)
     except ValueError as exc:

@@ -218,16 +218,6 @@ def reference_input_problem(
     return None if problem is None else f"{path}: {problem}"
 
 
-def checked_draft_prefix(path: Path) -> str | None:
-    """:func:`draft_prefix`, with ``SystemExit`` (one line) for a checkpoint
-    whose draft tensors sit under several prefixes, or with a shard that is
-    not a readable safetensors file."""
-    try:
-        return draft_prefix(path)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-
-
 def draft_prefix(path: Path) -> str | None:
     """The one draft prefix the checkpoint's tensors use (``None``: no draft);
     ``ValueError`` for several, or for an unreadable shard

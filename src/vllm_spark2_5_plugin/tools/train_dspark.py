@@ -35,7 +35,7 @@ from vllm_spark2_5_plugin.tools.dspark_acceptance import (
 )
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     checked_config,
-    checked_draft_prefix,
+    draft_prefix,
     draft_tensor_shapes,
     noise_token_id,
     read_draft,
@@ -283,22 +283,27 @@ def check_draft_config(raw: dict[str, Any], cfg: DraftConfig) -> None:
 
 
 def train(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the command; returns the ``train_dspark.json`` summary."""
-    args = build_parser().parse_args(argv)
+    """Run the command; returns the ``train_dspark.json`` summary. Input it
+    refuses stops it with ``parser.error`` (exit status 2) before any work."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     src, dst = args.input, args.output
     if dst.resolve() == src.resolve():
-        raise SystemExit("the output directory must differ from the input")
+        parser.error("the output directory must differ from the input")
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
-        raise SystemExit("the output directory must not contain or be inside the input")
+        parser.error("the output directory must not contain or be inside the input")
     # Where the output goes is checked first; what --overwrite would delete
     # there (only an earlier checkpoint), just before deleting it below.
     problem = output_location_problem(dst, args.overwrite)
     if problem is not None:
-        raise SystemExit(problem)
+        parser.error(problem)
     replace_output = dst.exists() and any(dst.iterdir())
-    raw = read_target_config(src)
+    try:
+        raw = read_target_config(src)
+    except SystemExit as exc:  # not a Spark2_5 checkpoint directory
+        parser.error(str(exc))
     # The target's fields as vLLM reads them (a field of the wrong type used
     # to end in a traceback from the draft config); a checkpoint the
     # references would read wrongly (quantized, say); then every target
@@ -307,10 +312,10 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         config = checked_config(src, raw)
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        parser.error(str(exc))
     problem = reference_input_problem(src, raw) or weights_problem(src, config, raw)
     if problem is not None:
-        raise SystemExit(problem)
+        parser.error(problem)
     shape = dict(
         block_size=args.block_size,
         markov_rank=args.markov_rank,
@@ -320,7 +325,10 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         layer_types=args.draft_layer_types,
         sliding_window=args.draft_sliding_window,
     )
-    prefix_in = checked_draft_prefix(src)
+    try:
+        prefix_in = draft_prefix(src)
+    except ValueError as exc:  # several prefixes, or an unreadable shard
+        parser.error(str(exc))
     shape_given = any(v is not None for v in shape.values())
     init = args.init_draft or (
         "checkpoint" if prefix_in and not shape_given else "random"
@@ -329,7 +337,7 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if cfg.noise_token_id is None:
         cfg = replace(cfg, noise_token_id=noise_token_id(src))
     if init == "checkpoint" and prefix_in is None:
-        raise SystemExit(
+        parser.error(
             f"--init-draft checkpoint: {src} has no draft tensors; use "
             "--init-draft target or random"
         )
@@ -338,17 +346,17 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     except (ValueError, TypeError) as exc:
         # Only the dspark_* fields (of config.json or the options) are left
         # to fail here: the target's passed checked_config above.
-        raise SystemExit(
+        parser.error(
             f"the draft's settings cannot be served: {exc}. Set them with "
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
             "--confidence-head, --draft-layer-types, --draft-sliding-window or "
             "--noise-token-id"
-        ) from None
+        )
     # The references compute the features, the continuations and the
     # acceptance: refuse a checkpoint they would read wrongly, before any work.
     problem = reference_input_problem(src, raw, cfg.layer_types)
     if problem is not None:
-        raise SystemExit(problem)
+        parser.error(problem)
     if init == "checkpoint":
         # Before anything is deleted: the checkpoint's draft must fit the
         # settings (a changed --markov-rank, say, does not).
@@ -356,12 +364,12 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
             draft_shapes(cfg), draft_tensor_shapes(src, prefix_in)
         )
         if problem is not None:
-            raise SystemExit(
+            parser.error(
                 f"--init-draft checkpoint: {src}'s {problem}; keep the draft's "
                 "shape settings or use --init-draft random or target"
             )
     if args.confidence_weight is not None and not cfg.enable_confidence_head:
-        raise SystemExit(
+        parser.error(
             "--confidence-weight weighs the confidence head's loss, but this "
             "draft has none: add --confidence-head, or drop the option"
         )
@@ -369,15 +377,15 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         args.confidence_weight = 1.0
     problem = settle_vllm_options(args, VLLM_OPTION_DEFAULTS) or vllm_seed_problem(args)
     if problem is not None:
-        raise SystemExit(problem)
-    given = check_data_options(args, raw, cfg.block_size, replace_output)
+        parser.error(problem)
+    given = check_data_options(parser, args, raw, cfg.block_size, replace_output)
     if replace_output:
         # Only now that the input and the settings passed their checks, and
         # only an earlier checkpoint (it holds a config.json), never the
         # working directory: the same rule as the checkpoint makers'.
         problem = overwrite_problem(dst)
         if problem is not None:
-            raise SystemExit(problem)
+            parser.error(problem)
         empty_dir(dst)
     previous = (
         torch.are_deterministic_algorithms_enabled(),
@@ -394,15 +402,19 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def check_data_options(
-    args: argparse.Namespace, raw: dict[str, Any], block_size: int, replace_output: bool
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    raw: dict[str, Any],
+    block_size: int,
+    replace_output: bool,
 ) -> tuple[int, list[list[int]]] | None:
-    """``SystemExit`` naming the option when the data options cannot work:
-    sequences too short for an anchor (or, with held-out ones, for a draft
-    step of ``block_size`` tokens) or longer than the target's positions, a
-    ``--sequences`` file that cannot be trained on (it is read and checked
-    here, and returned), a ``--save-sequences`` path that cannot be written
-    or would replace a file (any existing file, or one inside the input or
-    the output)."""
+    """``parser.error`` naming the option when the data options cannot
+    work: sequences too short for an anchor (or, with held-out ones, for a
+    draft step of ``block_size`` tokens) or longer than the target's
+    positions, a ``--sequences`` file that cannot be trained on (it is read
+    and checked here, and returned), a ``--save-sequences`` path that cannot
+    be written or would replace a file (any existing file, or one inside the
+    input or the output)."""
     # An anchor needs the token after it; a replayed draft step, K + 1 tokens.
     min_new = max(2, block_size + 1) if args.eval_prompts else 2
     given = None
@@ -417,9 +429,9 @@ def check_data_options(
                 max_len=fields["max_position_embeddings"],
             )
         except ValueError as exc:
-            raise SystemExit(f"--sequences: {exc}") from None
+            parser.error(f"--sequences: {exc}")
     elif args.gen_len < min_new:
-        raise SystemExit(
+        parser.error(
             f"--gen-len {args.gen_len} leaves the held-out acceptance no draft "
             f"step of {block_size} tokens: use --gen-len {min_new} or more, or "
             "--eval-prompts 0"
@@ -428,15 +440,15 @@ def check_data_options(
         try:
             check_length(raw, args.prompt_len, args.gen_len, args.continuations)
         except ValueError as exc:
-            raise SystemExit(str(exc)) from None
+            parser.error(str(exc))
     save = args.save_sequences
     if save is not None:
         if save.is_dir() or not save.parent.is_dir():
-            raise SystemExit(
+            parser.error(
                 f"--save-sequences {save}: name a file in an existing directory"
             )
         if args.sequences is not None and save.resolve() == args.sequences.resolve():
-            raise SystemExit(
+            parser.error(
                 "--save-sequences would overwrite the --sequences file; name another"
             )
         # A file of the input or of the output (which the run writes, and
@@ -447,12 +459,12 @@ def check_data_options(
             if where.resolve() in parents:
                 deletes = what == "output" and replace_output
                 more = ", which --overwrite deletes" if deletes else ""
-                raise SystemExit(
+                parser.error(
                     f"--save-sequences {save} is inside the {what} {where}{more}; "
                     "write it elsewhere"
                 )
         if save.exists() or save.is_symlink():
-            raise SystemExit(
+            parser.error(
                 f"--save-sequences {save} already exists; the trainer writes a new "
                 "file only: remove it or name another"
             )
