@@ -473,6 +473,141 @@ def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
     assert float(attn._k_scale) == pytest.approx(0.05)
 
 
+OLD_K_SCALE = "model.layers.0.self_attn.k_proj.output_scale"
+OLD_DRAFT_K_SCALE = DRAFT_PREFIX + "layers.0.self_attn.k_proj.output_scale"
+
+
+def _old_layout_kv_scales(dst: Path, copy: Path, draft: bool) -> dict[str, float]:
+    """``dst`` copied to ``copy`` with KV-cache scales in the layout of older
+    llm-compressor releases (compressed-tensors quantised the K/V cache as the
+    output of ``k_proj`` / ``v_proj``: ``self_attn.k_proj.output_scale``,
+    shape ``[1]``; the ``kv_cache_scheme`` is the same); the target's (and,
+    with ``draft``, the draft's) layers get one. Returns name -> value."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(dst, copy)
+    config = _config(copy)
+    config["quantization_config"]["kv_cache_scheme"] = {
+        "num_bits": 8,
+        "type": "float",
+        "strategy": "tensor",
+        "dynamic": False,
+        "symmetric": True,
+    }
+    (copy / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(copy / "model.safetensors"))
+    layers = [f"model.layers.{i}." for i in range(config["num_hidden_layers"])]
+    if draft:
+        layers += [f"{DRAFT_PREFIX}layers.{j}." for j in range(len(DRAFT_LAYER_TYPES))]
+    values = {}
+    for i, prefix in enumerate(layers):
+        for proj, value in (("k_proj", 0.05 + i / 100), ("v_proj", 0.07 + i / 100)):
+            name = f"{prefix}self_attn.{proj}.output_scale"
+            tensors[name] = torch.tensor([value])
+            values[name] = value
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    return values
+
+
+@pytest.mark.parametrize(
+    ("draft", "named"), [(False, OLD_K_SCALE), (True, OLD_DRAFT_K_SCALE)]
+)
+def test_kv_cache_scales_of_older_llm_compressor_are_refused_naming_the_tensor(
+    pair, world, tmp_path, draft, named
+):
+    """Older llm-compressor releases stored the KV-cache scales as
+    ``self_attn.k_proj.output_scale`` / ``v_proj.output_scale``. vLLM 0.32.0's
+    compressed-tensors method no longer maps that name (its in-tree Llama
+    fails on it too), and the plugin's q/k/v fusion turned it into
+    ``qkv_proj.output_scale``, on which vLLM's loader stopped with
+    "AttributeError: 'QKVParallelLinear' object has no attribute 'data'"
+    (measured). Refused instead, before any weight loader runs, in one line
+    naming the tensor and the two ways out."""
+    _, dst = pair
+    copy = tmp_path / "old-kv-scales"
+    _old_layout_kv_scales(dst, copy, draft=draft)
+    if draft:  # the target's tensors in the current layout: only the draft's fail
+        _rename_old_kv_scales(copy, prefix="model.layers.")
+    with pytest.raises(ValueError) as excinfo:
+        build_dspark_models(copy, 4, dtype="bfloat16")
+    text = str(excinfo.value)
+    assert "\n" not in text
+    for word in (repr(named), "llm-compressor", "self_attn.k_scale"):
+        assert word in text, (word, text)
+
+
+def _rename_old_kv_scales(path: Path, prefix: str) -> None:
+    """The fix the error proposes, applied to the tensors under ``prefix``."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path / "model.safetensors"))
+    for name in [n for n in tensors if n.startswith(prefix)]:
+        for proj in ("k", "v"):
+            old = f".self_attn.{proj}_proj.output_scale"
+            if name.endswith(old):
+                new = name.removesuffix(old) + f".self_attn.{proj}_scale"
+                tensors[new] = tensors.pop(name)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_kv_cache_scales_renamed_as_the_error_says_load(pair, world, tmp_path):
+    """The rename the refusal above proposes gives a checkpoint whose scales
+    land on the attention layers."""
+    _, dst = pair
+    copy = tmp_path / "renamed-kv-scales"
+    values = _old_layout_kv_scales(dst, copy, draft=False)
+    _rename_old_kv_scales(copy, prefix="")
+    _, _, target, _ = build_dspark_models(copy, 4, dtype="bfloat16")
+    for i, layer in enumerate(target.model.layers):
+        attn = layer.self_attn.attn
+        prefix = f"model.layers.{i}.self_attn."
+        assert float(attn._k_scale) == pytest.approx(
+            values[prefix + "k_proj.output_scale"]
+        )
+        assert float(attn._v_scale) == pytest.approx(
+            values[prefix + "v_proj.output_scale"]
+        )
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_older_kv_cache_scales_load_where_the_method_maps_them(
+    pair, world, tmp_path, monkeypatch, draft
+):
+    """Where the quantization method maps ``k_proj.output_scale`` onto the
+    attention layer (vLLM 0.32.0's ``fp8`` and ``quark`` methods do; an
+    in-tree model such as Llama then loads it), the target and the draft
+    load it the same way: simulated by giving compressed-tensors the ``fp8``
+    method's mapping. Before, the plugin's q/k/v fusion renamed the tensor to
+    ``qkv_proj.output_scale`` before the method's mapping could see it."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (  # noqa: E501
+        CompressedTensorsConfig,
+    )
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    monkeypatch.setattr(
+        CompressedTensorsConfig,
+        "get_cache_scale_mapper",
+        staticmethod(Fp8Config.get_cache_scale_mapper),
+    )
+    _, dst = pair
+    copy = tmp_path / "old-kv-scales-mapped"
+    values = _old_layout_kv_scales(dst, copy, draft=draft)
+    _, _, target, drafter = build_dspark_models(copy, 4, dtype="bfloat16")
+    models = [(target, "model.layers.")]
+    if draft:
+        models.append((drafter, DRAFT_PREFIX + "layers."))
+    for model, layers in models:
+        for i, layer in enumerate(model.model.layers):
+            attn = layer.self_attn.attn
+            prefix = f"{layers}{i}.self_attn."
+            assert float(attn._k_scale) == pytest.approx(
+                values[prefix + "k_proj.output_scale"]
+            )
+            assert float(attn._v_scale) == pytest.approx(
+                values[prefix + "v_proj.output_scale"]
+            )
+
+
 # -- served by vLLM (CPU build) ---------------------------------------------------
 
 

@@ -58,6 +58,7 @@ from vllm_spark2_5_plugin.models.checkpoint_tables import TARGET_HINTS, target_t
 from vllm_spark2_5_plugin.models.weight_checks import (
     LoadPolicy,
     WeightCheck,
+    kv_cache_scales_by_the_method,
     target_parameters_not_from_checkpoint,
     unlisted_target_tensor,
 )
@@ -524,6 +525,11 @@ class Spark2_5ForCausalLM(nn.Module, SupportsLoRA, SupportsPP, SupportsEagle3):
             hints=TARGET_HINTS,
             unlisted=unlisted_target_tensor(self.config),
         )
+        # KV-cache scales named as older llm-compressor wrote them
+        # (self_attn.k_proj.output_scale) go through the quantization method's
+        # mapping before the q/k/v fusion renames them, as in vLLM's in-tree
+        # models; those no method maps are refused by the check.
+        weights = kv_cache_scales_by_the_method(weights, self.model.quant_config)
         loaded = AutoWeightsLoader(self).load_weights(
             check.watch(weights), mapper=self.hf_to_vllm_mapper
         )

@@ -67,6 +67,7 @@ from vllm_spark2_5_plugin.models.weight_checks import (
     CheckpointFiles,
     LoadPolicy,
     WeightCheck,
+    kv_cache_scale_name,
 )
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES, PLUGIN_NAME, SLIDING
 
@@ -367,7 +368,13 @@ class Spark2_5DSparkForCausalLM(nn.Module):
                     f"{list(DRAFT_WEIGHT_PREFIXES)}"
                 )
             found = prefix
-            name = "model." + ckpt_name[len(prefix) :]
+            # Older llm-compressor's KV-cache scale names, through the
+            # method's mapping before the q/k/v fusion (as the target's).
+            name = kv_cache_scale_name(
+                "model." + ckpt_name[len(prefix) :], self.model.quant_config
+            )
+            if name is None:
+                continue  # the method drops it
             if self.model.confidence_head is None and name.startswith(
                 "model.confidence_head."
             ):

@@ -48,11 +48,23 @@ has no parameter for, are refused (GPTQ exports carry zero biases, which
 pass). The models carry ``quant_config`` so that vLLM's loader applies the
 method's own name mappings (KV-cache scales, GPTQ's ``g_idx``) on every
 pipeline stage.
+
+KV-cache scales named as older llm-compressor releases wrote them
+(``self_attn.k_proj.output_scale`` / ``v_proj.output_scale``: compressed-tensors
+then quantised the cache as the output of ``k_proj`` / ``v_proj``) load where
+the quantization method maps that name onto the attention layer, as in
+vLLM's in-tree models (:func:`kv_cache_scales_by_the_method` renames them
+before the q/k/v fusion turns them into ``qkv_proj.output_scale``). vLLM
+0.32.0's compressed-tensors method no longer maps them (its in-tree Llama
+stops on them too), so :meth:`WeightCheck.check` refuses them in one line
+naming the tensor and the fix; vLLM's loader stopped with "'QKVParallelLinear'
+object has no attribute 'data'".
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +129,11 @@ QUANTISED_LEAVES = frozenset(
         "g_idx",
     }
 )
+#: A KV-cache (or query) scale in the layout of older llm-compressor releases:
+#: the output scale of ``k_proj`` / ``v_proj`` (``q_proj``).
+PROJECTION_OUTPUT_SCALE = re.compile(r"\.self_attn\.([qkv])_proj\.output_scale$")
+#: Its name in the layout current llm-compressor writes.
+ATTENTION_SCALE = r".self_attn.\1_scale"
 NO_QUANTIZATION_CONFIG = (
     "a quantised checkpoint needs its quantization_config in config.json, "
     "which this one lacks"
@@ -213,6 +230,34 @@ def unlisted_target_tensor(config: Any) -> Callable[[str], str | None]:
         return None
 
     return why
+
+
+def kv_cache_scale_name(name: str, quant_config: Any) -> str | None:
+    """``name``, or for ``self_attn.{q,k,v}_proj.output_scale`` its name under
+    the quantization method's own cache-scale mapping where it has one for
+    that name (vLLM 0.32.0's ``fp8`` and ``quark`` methods: onto
+    ``self_attn.attn.k_scale`` ...); ``None`` where the method drops it.
+
+    vLLM applies that mapping itself, but after the model's mapper has fused
+    ``k_proj`` into ``qkv_proj`` (its stacked renames come first), so the
+    method never saw the name; an in-tree model (Llama) maps at the top level
+    and its layers fuse later. Names the method leaves alone pass unchanged
+    (:meth:`WeightCheck.check` refuses them unless the layer has an
+    ``output_scale`` of its own).
+    """
+    if quant_config is None or not PROJECTION_OUTPUT_SCALE.search(name):
+        return name
+    return quant_config.get_cache_scale_mapper().map_name(name)
+
+
+def kv_cache_scales_by_the_method(
+    weights: Iterable[tuple[str, torch.Tensor]], quant_config: Any
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``weights`` with each name through :func:`kv_cache_scale_name`."""
+    for name, tensor in weights:
+        mapped = kv_cache_scale_name(name, quant_config)
+        if mapped is not None:
+            yield mapped, tensor
 
 
 # ---------------------------------------------------------------------------
@@ -365,6 +410,8 @@ class WeightCheck:
         quantised = self.policy.quantised
         self.streamed.add(name)
         shown = shown or self.shown(name)
+        if PROJECTION_OUTPUT_SCALE.search(name):
+            self._check_projection_output_scale(name, shown)
         expected = self.expected.get(name)
         if expected is None:
             # A quantised checkpoint has names of its own, and GPTQ exports
@@ -411,16 +458,72 @@ class WeightCheck:
             )
         self.seen.add(name)
 
+    def _module_of(self, name: str) -> nn.Module | None:
+        """The module of this rank that checkpoint tensor ``name`` loads
+        into (``None``: another pipeline stage's, or a dropped tensor)."""
+        if self._modules is None:
+            self._modules = dict(self.model.named_modules())
+        mapped = self.mapper.map_name(name)
+        return self._modules.get(mapped.rpartition(".")[0]) if mapped else None
+
+    def _quant_config(self) -> Any:
+        """The quantization config vLLM's loader finds on the model (on it
+        or a direct child, as ``AutoWeightsLoader`` looks)."""
+        for module in (self.model, *self.model.children()):
+            if getattr(module, "quant_config", None) is not None:
+                return module.quant_config
+        return None
+
+    def _check_projection_output_scale(self, name: str, shown: str) -> None:
+        """Refuse ``self_attn.k_proj.output_scale`` (older llm-compressor's
+        KV-cache scale) where it would reach the fused ``qkv_proj``, which
+        has no ``output_scale`` (a scheme quantising the linear layers'
+        outputs gives it one): vLLM's loader then stopped with
+        "'QKVParallelLinear' object has no attribute 'data'"."""
+        module = self._module_of(name)
+        if module is None or isinstance(
+            getattr(module, "output_scale", None), torch.Tensor
+        ):
+            return
+        quant_config = self._quant_config()
+        method = None if quant_config is None else quant_config.get_name()
+        if method is None:
+            why = "a checkpoint without quantization_config has no KV-cache scales"
+        else:
+            mapped = quant_config.get_cache_scale_mapper().map_name(name)
+            if mapped is None or PROJECTION_OUTPUT_SCALE.search(mapped):
+                why = (
+                    f"vLLM 0.32.0's {method} method no longer maps that name "
+                    "onto the attention layer (its in-tree models fail on it too)"
+                )
+            else:
+                why = (
+                    f"vLLM 0.32.0's {method} method maps that name onto the "
+                    f"attention layer only before the q/k/v projections are "
+                    f"fused, which {self.owner} does first"
+                )
+        new = PROJECTION_OUTPUT_SCALE.sub(ATTENTION_SCALE, shown)
+        kind = "query" if new.endswith(".q_scale") else "KV-cache"
+        raise ValueError(
+            self._tensor_error(
+                shown,
+                f"is a {kind} scale in the layout of older llm-compressor "
+                f"releases; {why}, and its loader would stop with "
+                "\"'QKVParallelLinear' object has no attribute 'data'\". "
+                "Re-quantise the model with a current llm-compressor (which "
+                "writes self_attn.k_scale / self_attn.v_scale), or rename every "
+                "self_attn.{k,v}_proj.output_scale tensor to "
+                f"self_attn.{{k,v}}_scale (this one to {new!r})",
+            )
+        )
+
     def _quantised_layer(self, name: str) -> bool | None:
         """Whether the module that checkpoint tensor ``name`` loads into has
         a quantisation method (an ``ignore``d layer of a quantised model, a
         norm or an unquantised embedding has none); ``None`` where this rank
         has no such module (a layer of another pipeline stage, whose tensors
         the loader skips)."""
-        if self._modules is None:
-            self._modules = dict(self.model.named_modules())
-        mapped = self.mapper.map_name(name)
-        module = self._modules.get(mapped.rpartition(".")[0]) if mapped else None
+        module = self._module_of(name)
         if module is None:
             return None
         method = getattr(module, "quant_method", None)
