@@ -731,3 +731,208 @@ def test_float32_lora_is_refused_where_vllm_runs_lora_on_gpus(
         ValueError, match="--enable-lora with dtype float32: .*bfloat16"
     ):
         _engine_config(tiny_checkpoint, **fields)
+
+
+# ---------------------------------------------------------------------------
+# The default context length follows the full-attention layers' RoPE
+# ---------------------------------------------------------------------------
+
+# The tiny checkpoint: max_position_embeddings 2048, layers S, S, S, F.
+S, F = "sliding_attention", "full_attention"
+DEFAULT = {"rope_type": "default"}
+LINEAR_4 = {"rope_type": "linear", "factor": 4.0}
+LINEAR_2 = {"rope_type": "linear", "factor": 2.0}
+YARN_4_ENTRY = {"rope_type": "yarn", "factor": 4.0}
+LLAMA3_4 = {
+    "rope_type": "llama3",
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "engine_fields", "expected"),
+    [
+        pytest.param({}, {}, 2048, id="no-factor"),
+        pytest.param({"rope_parameters": LINEAR_4}, {}, 8192, id="same-factor"),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: LINEAR_4}},
+            {},
+            8192,
+            id="same-factor-per-type",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: DEFAULT, F: LINEAR_4}}, {}, 8192, id="full-only"
+        ),
+        pytest.param(
+            {"rope_parameters": {F: LINEAR_4, S: DEFAULT}},
+            {},
+            8192,
+            id="full-only-written-first",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_2, F: LINEAR_4}},
+            {},
+            8192,
+            id="full-larger",
+        ),
+        # vLLM took the full layers' factor (the last one) already.
+        pytest.param(
+            {"rope_parameters": {F: LINEAR_2, S: LINEAR_4}},
+            {},
+            4096,
+            id="full-smaller",
+        ),
+        pytest.param({"rope_parameters": YARN_4_ENTRY}, {}, 2048, id="yarn"),
+        pytest.param(
+            {"rope_parameters": {S: DEFAULT, F: YARN_4_ENTRY}}, {}, 2048, id="yarn-full"
+        ),
+        pytest.param({"rope_parameters": LLAMA3_4}, {}, 2048, id="llama3"),
+        # Every layer slides: the sliding layers' factor is the model's.
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}, "layer_types": [S] * 4},
+            {},
+            8192,
+            id="sliding-only-model",
+        ),
+        # A length in config.json's model_max_length still limits it.
+        pytest.param({"model_max_length": 1024}, {}, 1024, id="model_max_length"),
+        pytest.param(
+            {"rope_parameters": LINEAR_4, "model_max_length": 1024},
+            {},
+            4096,
+            id="model_max_length-same-factor",
+        ),
+        # vLLM caps a disabled window's context at sliding_window (16) times
+        # its factor, below what either layer type's RoPE reaches.
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}},
+            {"disable_sliding_window": True},
+            64,
+            id="disabled-window",
+        ),
+        pytest.param({}, {"max_model_len": 1024}, 1024, id="explicit-shorter"),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}},
+            {"max_model_len": 2048},
+            2048,
+            id="sliding-only-factor-explicit-full-length",
+        ),
+    ],
+)
+def test_default_context_lengths_vllm_derives_right_stay(
+    tiny_checkpoint, tmp_path, fields, engine_fields, expected
+):
+    path = _config_json_with(tmp_path / "ck", tiny_checkpoint, **fields)
+    model_config = _engine_config(path, **engine_fields).model_config
+    assert model_config.max_model_len == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "engine_fields", "derived", "supported"),
+    [
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}}, {}, 8192, 2048, id="linear"
+        ),
+        pytest.param(
+            {"rope_parameters": {F: DEFAULT, S: LINEAR_4}},
+            {},
+            8192,
+            2048,
+            id="full-written-first",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: {"rope_type": "dynamic", "factor": 4.0}}},
+            {},
+            8192,
+            2048,
+            id="dynamic",
+        ),
+        # yarn's max_position_embeddings is the scaled length: vLLM skips its
+        # factor and took the sliding layers' one.
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: YARN_4_ENTRY}},
+            {},
+            8192,
+            2048,
+            id="yarn-full",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: LLAMA3_4}},
+            {},
+            8192,
+            2048,
+            id="llama3-full",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}, "model_max_length": 1024},
+            {},
+            4096,
+            1024,
+            id="model_max_length",
+        ),
+        # Every layer is full: the unused sliding entry's factor still
+        # lengthened vLLM's default.
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}, "layer_types": [F] * 4},
+            {},
+            8192,
+            2048,
+            id="full-only-model",
+        ),
+        # Every layer slides: the unused full entry's factor lengthened it.
+        pytest.param(
+            {"rope_parameters": {S: DEFAULT, F: LINEAR_4}, "layer_types": [S] * 4},
+            {},
+            8192,
+            2048,
+            id="sliding-only-model",
+        ),
+        pytest.param(
+            {"rope_parameters": {S: LINEAR_4, F: DEFAULT}},
+            {"max_model_len": -1},
+            8192,
+            2048,
+            id="auto-fit",
+        ),
+    ],
+)
+def test_a_default_context_from_the_sliding_layers_factor_is_refused(
+    tiny_checkpoint, tmp_path, fields, engine_fields, derived, supported
+):
+    """vLLM multiplies max_position_embeddings by the last layer type's RoPE
+    factor, assuming every type shares it: a factor only the sliding layers
+    have made it serve the full-attention layers 4x the positions they were
+    scaled for (8192 for 2048), without a word."""
+    path = _config_json_with(tmp_path / "ck", tiny_checkpoint, **fields)
+    with pytest.raises(ValueError) as info:
+        _engine_config(path, **engine_fields)
+    said = str(info.value)
+    assert f"vLLM derived max_model_len {derived} " in said
+    assert f"scaled for {supported} positions" in said
+    assert f"--max-model-len {supported}" in said
+    # The suggested length starts.
+    config = _engine_config(path, **{**engine_fields, "max_model_len": supported})
+    assert config.model_config.max_model_len == supported
+    assert config.scheduler_config.max_num_batched_tokens >= 1
+
+
+def test_an_explicit_length_past_the_full_layers_rope_follows_vllms_rule(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    """vLLM accepted --max-model-len 4096 because it read the sliding layers'
+    factor 4 as the model's; its own rule for a length longer than the
+    model's now applies against the full layers' 2048."""
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    path = _config_json_with(
+        tmp_path / "ck", tiny_checkpoint, rope_parameters={S: LINEAR_4, F: DEFAULT}
+    )
+    with pytest.raises(ValueError) as info:
+        _engine_config(path, max_model_len=4096)
+    said = str(info.value)
+    assert "full_attention layers" in said
+    assert "User-specified max_model_len (4096) is greater than the derived" in said
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in said
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    assert _engine_config(path, max_model_len=4096).model_config.max_model_len == 4096

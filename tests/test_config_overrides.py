@@ -71,8 +71,8 @@ def _spelled(tiny_checkpoint, path, rope_fields):
         ),
         pytest.param(
             None,
-            {"rope_parameters": {S: {"type": "linear", "factor": 2.0}, F: {}}},
-            {"rope_parameters": {S: {"type": "linear", "factor": 2.0}, F: {}}},
+            {"rope_parameters": {S: {}, F: {"type": "linear", "factor": 2.0}}},
+            {"rope_parameters": {S: {}, F: {"type": "linear", "factor": 2.0}}},
             id="legacy-type-key",
         ),
         pytest.param(
@@ -128,6 +128,27 @@ def test_rope_overrides_resolve_as_the_same_spelling_in_config_json(
     if "original_max_position_embeddings" in overrides:
         for entry in overridden.hf_config.rope_parameters.values():
             assert entry["original_max_position_embeddings"] == 512
+
+
+def test_a_factor_on_the_sliding_layers_only_is_refused_as_in_config_json(
+    tiny_checkpoint, tmp_path
+):
+    """vLLM took the sliding layers' factor for the whole model's context
+    (4096 for the tiny checkpoint's 2048); the full-attention layers are not
+    scaled, so the default length is refused, naming the one to pass."""
+    rope = {"rope_parameters": {S: LINEAR_2}}
+    spelled = _spelled(tiny_checkpoint, tmp_path / "spelled", rope)
+    for path, overrides in ((tiny_checkpoint, rope), (spelled, {})):
+        with pytest.raises(
+            ValueError,
+            match=r"vLLM derived max_model_len 4096 .* full_attention layers, "
+            r"which attend to the whole context, are scaled for 2048 positions"
+            r".* --max-model-len 2048 ",
+        ):
+            _engine_config(path, hf_overrides=overrides)
+        config = _engine_config(path, hf_overrides=overrides, max_model_len=2048)
+        assert config.model_config.max_model_len == 2048
+        assert config.model_config.hf_config.rope_parameters[S]["factor"] == 2.0
 
 
 @pytest.mark.parametrize(

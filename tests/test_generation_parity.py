@@ -170,10 +170,16 @@ def test_scaled_rope_types_at_unit_scale_serve_plain_rope(
 
 
 @pytest.mark.slow
-def test_positions_past_max_position_embeddings_when_one_type_is_scaled(tmp_path):
+def test_positions_past_max_position_embeddings_when_one_type_is_scaled(
+    tmp_path, monkeypatch
+):
     """vLLM takes the longest context from the scaled type (64 x 2 = 128
-    positions here); the unscaled type's RoPE must reach that far too (its
-    table held 64 positions, and positions past it read outside it)."""
+    positions here), which the plugin refuses for a factor on the sliding
+    layers alone (tests/test_config.py) unless the length is asked for with
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; then the unscaled type's RoPE must reach
+    that far too (its table held 64 positions, and positions past it read
+    outside it)."""
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     linear_on_sliding, _ = CONFIGS["mqa-full-first-linear-rope-on-sliding"]
     path = make_tiny_checkpoint(
         tmp_path / "scaled-one-type",

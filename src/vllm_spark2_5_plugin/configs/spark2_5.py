@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -650,6 +651,134 @@ def check_target_config(vllm_config: Any) -> None:
     _check_tokenizer_fits(model_config, config)  # vocab_size is an int now
     _check_kv_heads_split(vllm_config, config)
     _check_lora_dtype(vllm_config)
+    _check_context_length(model_config, config, window_disabled)
+
+
+def _context_limiting_types(config: Spark2_5Config, window_disabled: bool) -> list[str]:
+    """The layer types whose RoPE bounds the context: the full-attention
+    layers (and, with the window disabled, the sliding layers, which then
+    attend to the whole context too); a model whose layers all slide has
+    only its sliding layers' RoPE."""
+    used = set(config.layer_types)
+    limiting = [
+        t for t in (FULL, SLIDING) if t in used and (t == FULL or window_disabled)
+    ]
+    return limiting or [SLIDING]
+
+
+def _max_len_with_rope_of(
+    model_config: Any, config: Spark2_5Config, layer_type: str, max_model_len: Any
+) -> int:
+    """vLLM's own ``max_model_len`` rule (``ModelConfig.get_and_verify_max_len``:
+    the default length, or the check of a given one) as it reads a model
+    whose every layer has ``layer_type``'s RoPE.
+
+    The normalised RoPE settings are swapped for that one entry (a flat dict)
+    while vLLM reads them, then restored; its "Using max model len" line is
+    kept out of the log (vLLM logged the length it chose already).
+    """
+    saved = config.__dict__["rope_parameters"]
+    logger = logging.getLogger("vllm.config.model")
+    quiet = _WarningsOnly()
+    config.__dict__["rope_parameters"] = saved[layer_type]
+    logger.addFilter(quiet)
+    try:
+        return model_config.get_and_verify_max_len(max_model_len)
+    finally:
+        logger.removeFilter(quiet)
+        config.__dict__["rope_parameters"] = saved
+
+
+class _WarningsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def _describe_rope(config: Spark2_5Config) -> str:
+    parts = []
+    for layer_type, entry in config.rope_parameters.items():
+        factor = f"factor {entry['factor']!r}" if "factor" in entry else "no factor"
+        if "factor" in entry and entry.get("rope_type") in ROPE_TYPES_WITH_ORIGINAL:
+            factor += " (vLLM counts it in max_position_embeddings)"
+        parts.append(f"{layer_type}: rope_type {entry.get('rope_type')!r}, {factor}")
+    return "; ".join(parts)
+
+
+def _limiting_layers(layer_type: str, window_disabled: bool) -> str:
+    if layer_type == FULL:
+        return f"the {FULL} layers, which attend to the whole context,"
+    if window_disabled:
+        return (
+            f"the {SLIDING} layers, which attend to the whole context with the "
+            "window disabled,"
+        )
+    return f"the {SLIDING} layers (all the layers of layer_types)"
+
+
+def _check_context_length(
+    model_config: Any, config: Spark2_5Config, window_disabled: bool
+) -> None:
+    """Hold vLLM's ``max_model_len`` to what the RoPE of the layers that
+    bound the context is scaled for (:func:`_context_limiting_types`).
+
+    vLLM 0.32.0 multiplies ``max_position_embeddings`` by one RoPE ``factor``
+    (``_get_and_verify_max_len``): that of the last layer type's entry that
+    has one (yarn, llama3 and longrope excepted), assuming every type shares
+    it. With a factor on the sliding layers only (they see a window, so it
+    does not lengthen the context), it served the full-attention layers that
+    factor times the positions they were scaled for, without a word.
+
+    vLLM has derived (or checked) its length by now, and the scheduler and a
+    draft's config have copied it, so it is not changed here:
+
+    * no length given (or ``-1``): a derived length past the limiting layers'
+      is refused, naming both and the ``--max-model-len`` to pass. A
+      shorter one (a factor below 1 on the sliding layers) is kept: it is
+      safe, and a longer explicit length would have been refused by vLLM
+      already, before this check;
+    * a length given: vLLM's own rule for a length past the model's applies
+      against the limiting layers' (refused unless
+      ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``, or allowed by ``model_max_length``).
+
+    With the factors of the two types alike, vLLM's length is the limiting
+    layers' one, and nothing changes.
+    """
+    if getattr(model_config, "hf_text_config", None) is not config:
+        return  # vLLM reads the length off another config object
+    given = getattr(model_config, "original_max_model_len", None)
+    limiting = _context_limiting_types(config, window_disabled)
+    if given is not None and given != -1:
+        for layer_type in limiting:
+            try:
+                _max_len_with_rope_of(model_config, config, layer_type, given)
+            except ValueError as exc:
+                raise ValueError(
+                    f"--max-model-len {given} is past the length that "
+                    f"{_limiting_layers(layer_type, window_disabled)} are scaled "
+                    f"for (rope_parameters: {_describe_rope(config)}); vLLM "
+                    "checked it against another layer type's RoPE factor, which "
+                    f"does not lengthen the context. {exc}"
+                ) from None
+        return
+    lengths = {
+        t: _max_len_with_rope_of(model_config, config, t, None) for t in limiting
+    }
+    layer_type = min(lengths, key=lengths.__getitem__)
+    supported = lengths[layer_type]
+    derived = model_config.max_model_len
+    if derived <= supported:
+        return
+    instead = " in place of -1" if given == -1 else ""
+    raise ValueError(
+        f"vLLM derived max_model_len {derived} from the RoPE scaling of "
+        f"rope_parameters ({_describe_rope(config)}), applying one layer "
+        f"type's factor to the whole model, but "
+        f"{_limiting_layers(layer_type, window_disabled)} are scaled for "
+        f"{supported} positions: another layer type's factor does not lengthen "
+        f"the context. Serve with --max-model-len {supported}{instead} (or "
+        "shorter); a longer one is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, "
+        "as vLLM does for any length past the model's"
+    )
 
 
 def _check_lora_dtype(vllm_config: Any) -> None:
