@@ -10,7 +10,6 @@ tensors under several prefixes; a config.json that omits defaulted fields.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train_dspark import _refusal
 
 from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 from vllm_spark2_5_plugin.references.dspark import DSparkReferenceConfig
@@ -55,28 +55,17 @@ def _edited(tiny: Path, dst: Path, **changes) -> Path:
     return dst
 
 
-def _usage_error(capsys, stopped: pytest.ExceptionInfo[SystemExit]) -> str:
-    """The message of a refusal made as argparse makes one: the usage line,
-    one ``PROG: error: MESSAGE`` line, exit status 2, no traceback."""
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if ": error: " in line]
-    assert stopped.value.code == 2 and len(lines) == 1, err
-    assert err.startswith("usage: ") and "Traceback" not in err, err
-    prefix = f"{argparse.ArgumentParser().prog}: error: "
-    assert lines[0].startswith(prefix), err
-    return lines[0].removeprefix(prefix)
-
-
 def _trainer_refuses(capsys, tmp_path: Path, src: Path, *extra: str) -> str:
     """The message of a trainer run that must stop before deleting the
     earlier output (``--overwrite``) or doing any work."""
     dst = tmp_path / "out"
     dst.mkdir()
     (dst / "kept.txt").write_text("an earlier run")
-    with pytest.raises(SystemExit) as stopped:
-        train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    message = _refusal(
+        capsys, lambda: train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    )
     assert (dst / "kept.txt").read_text() == "an earlier run"
-    return _usage_error(capsys, stopped)
+    return message
 
 
 def _acceptance_refuses(capsys, ckpt: Path, *extra: str) -> str:
@@ -325,10 +314,11 @@ def _trainer_keeps_the_earlier_checkpoint(
     """The message of a trainer run with ``--overwrite`` over an earlier
     checkpoint, which must stop before deleting it."""
     dst = _earlier_checkpoint(tmp_path)
-    with pytest.raises(SystemExit) as stopped:
-        train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    message = _refusal(
+        capsys, lambda: train([str(src), str(dst), "--overwrite", *SMALL, *extra])
+    )
     assert (dst / "kept.txt").read_text() == "an earlier run"
-    return _usage_error(capsys, stopped)
+    return message
 
 
 def _broken_weights(tiny: Path, dst: Path, how: str) -> Path:

@@ -409,23 +409,12 @@ def test_zero_biases_of_a_quantised_checkpoint_load(pair, world, tmp_path):
     assert not any(name.endswith(".bias") for name, _ in target.named_parameters())
 
 
-def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
-    pair, world, tmp_path, monkeypatch
-):
-    """An FP8 checkpoint with calibrated KV-cache scales (llm-compressor's
-    ``self_attn.k_scale`` / ``v_scale``). vLLM maps them onto the attention
-    layers with the quantization method's name mappings, which it applies
-    only where the model carries ``quant_config``: a pipeline stage without
-    the LM head (simulated: the only module that carried it) refused them
-    ("no module or parameter named ...self_attn.k_scale"), and so did the
-    draft's own check of its tensor names."""
-    from safetensors.torch import load_file, save_file
-    from vllm_helpers import load_model
+def _copy_with_kv_cache_scheme(dst: Path, copy: Path) -> tuple[dict, dict]:
+    """``dst`` copied to ``copy`` with a static per-tensor fp8
+    ``kv_cache_scheme`` in its quantization_config; its config and tensors
+    (to be given scales and saved by the caller)."""
+    from safetensors.torch import load_file
 
-    from vllm_spark2_5_plugin.models import spark2_5
-
-    _, dst = pair
-    copy = tmp_path / "kv-scales"
     shutil.copytree(dst, copy)
     config = _config(copy)
     config["quantization_config"]["kv_cache_scheme"] = {
@@ -436,7 +425,27 @@ def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
         "symmetric": True,
     }
     (copy / "config.json").write_text(json.dumps(config))
-    tensors = load_file(str(copy / "model.safetensors"))
+    return config, load_file(str(copy / "model.safetensors"))
+
+
+def test_kv_cache_scales_load_in_the_draft_and_on_a_stage_without_the_lm_head(
+    pair, world, tmp_path, monkeypatch
+):
+    """An FP8 checkpoint with calibrated KV-cache scales (llm-compressor's
+    ``self_attn.k_scale`` / ``v_scale``). vLLM maps them onto the attention
+    layers with the quantization method's name mappings, which it applies
+    only where the model carries ``quant_config``: a pipeline stage without
+    the LM head (simulated: the only module that carried it) refused them
+    ("no module or parameter named ...self_attn.k_scale"), and so did the
+    draft's own check of its tensor names."""
+    from safetensors.torch import save_file
+    from vllm_helpers import load_model
+
+    from vllm_spark2_5_plugin.models import spark2_5
+
+    _, dst = pair
+    copy = tmp_path / "kv-scales"
+    config, tensors = _copy_with_kv_cache_scheme(dst, copy)
     layers = [f"model.layers.{i}." for i in range(config["num_hidden_layers"])]
     layers += [f"{DRAFT_PREFIX}layers.{j}." for j in range(len(DRAFT_LAYER_TYPES))]
     for prefix in layers:
@@ -483,19 +492,9 @@ def _old_layout_kv_scales(dst: Path, copy: Path, draft: bool) -> dict[str, float
     output of ``k_proj`` / ``v_proj``: ``self_attn.k_proj.output_scale``,
     shape ``[1]``; the ``kv_cache_scheme`` is the same); the target's (and,
     with ``draft``, the draft's) layers get one. Returns name -> value."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    shutil.copytree(dst, copy)
-    config = _config(copy)
-    config["quantization_config"]["kv_cache_scheme"] = {
-        "num_bits": 8,
-        "type": "float",
-        "strategy": "tensor",
-        "dynamic": False,
-        "symmetric": True,
-    }
-    (copy / "config.json").write_text(json.dumps(config))
-    tensors = load_file(str(copy / "model.safetensors"))
+    config, tensors = _copy_with_kv_cache_scheme(dst, copy)
     layers = [f"model.layers.{i}." for i in range(config["num_hidden_layers"])]
     if draft:
         layers += [f"{DRAFT_PREFIX}layers.{j}." for j in range(len(DRAFT_LAYER_TYPES))]
