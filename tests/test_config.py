@@ -148,6 +148,20 @@ def test_round_trip_through_config_json(tmp_path):
             r"with rope_type 'llama3' needs 'low_freq_factor'",
         ),
         ({"rope_parameters": {"rope_type": "dynamic"}}, r"needs 'factor' or 'alpha'"),
+        # The rotation ignores it; vLLM multiplied the context length by it
+        # (a flat entry, or the full-attention layers' alone: 4x the length).
+        (
+            {"rope_parameters": {"rope_type": "default", "factor": 4.0}},
+            r"\['factor'\] = 4.0 with rope_type 'default', which does not scale",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "proportional", "factor": 2.0}
+                }
+            },
+            r"\['full_attention'\]\['factor'\] = 2.0 with rope_type 'proportional'",
+        ),
         (
             {"rope_parameters": {"rope_type": "yarn", "factor": -2.0}},
             r"\['factor'\] must be a positive number, got -2.0",

@@ -66,6 +66,9 @@ ROPE_REQUIRED = {
         "original_max_position_embeddings",
     ),
 }
+#: The types whose embedding does not read ``factor``, though vLLM 0.32.0
+#: multiplies the context length it derives by a ``factor`` of theirs.
+ROPE_TYPES_WITHOUT_FACTOR = ("default", "proportional")
 #: Entries that turn vLLM's embedding into one for another kind of model.
 ROPE_FOREIGN_KEYS = {
     "mrope_section": "multimodal (3-D) positions",
@@ -550,6 +553,15 @@ class Spark2_5Config(PreTrainedConfig):
                 "part of each head; Spark2_5 rotates whole heads (vLLM would "
                 "serve another model than the reference and the DSpark tools "
                 "compute): remove it"
+            )
+        factor = entry.get("factor", 1.0)
+        if rope_type in ROPE_TYPES_WITHOUT_FACTOR and factor != 1.0:
+            raise ValueError(
+                f"{name}['factor'] = {factor!r} with rope_type {rope_type!r}, "
+                "which does not scale positions: the rotation would ignore it, "
+                "but vLLM would multiply the context length by it. Remove it, "
+                "or give the scaling type it is meant for (e.g. rope_type "
+                "'linear')"
             )
         required = ROPE_REQUIRED.get(rope_type, ())
         if rope_type == "dynamic":
