@@ -531,8 +531,57 @@ def test_kv_cache_scales_of_older_llm_compressor_are_refused_naming_the_tensor(
         build_dspark_models(copy, 4, dtype="bfloat16")
     text = str(excinfo.value)
     assert "\n" not in text
-    for word in (repr(named), "llm-compressor", "self_attn.k_scale"):
+    for word in (repr(named), "llm-compressor", "self_attn.{q,k,v}_scale"):
         assert word in text, (word, text)
+
+
+def test_query_scale_of_older_llm_compressor_names_its_own_rename(
+    pair, world, tmp_path
+):
+    """``q_proj.output_scale`` (a query scale) gets the rename to
+    ``self_attn.q_scale``, which loads."""
+    from safetensors.torch import load_file, save_file
+
+    _, dst = pair
+    copy = tmp_path / "old-q-scale"
+    _copy_with_kv_cache_scheme(dst, copy)
+    tensors = load_file(str(copy / "model.safetensors"))
+    tensors["model.layers.0.self_attn.q_proj.output_scale"] = torch.tensor([0.5])
+    save_file(tensors, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError) as excinfo:
+        build_dspark_models(copy, 4, dtype="bfloat16")
+    text = str(excinfo.value)
+    assert "is a query scale" in text, text
+    assert "'model.layers.0.self_attn.q_scale'" in text, text
+
+
+@pytest.mark.parametrize(
+    ("draft", "named"), [(False, OLD_K_SCALE), (True, OLD_DRAFT_K_SCALE)]
+)
+def test_old_kv_cache_scales_in_an_unquantised_checkpoint_are_refused(
+    tmp_path, world, draft, named
+):
+    """Without a quantization_config there is no KV-cache scheme, so the
+    rename (which loads only under one) is not the advice: the tensors are
+    to be removed, or the config restored. The draft's own name check
+    answered first with its generic "no matching parameter" line."""
+    from safetensors.torch import load_file, save_file
+
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(
+        tmp_path / "plain",
+        dspark={"dspark_layer_types": DRAFT_LAYER_TYPES},
+        dspark_prefix=DRAFT_PREFIX,
+    )
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors[named] = torch.tensor([0.05])
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError) as excinfo:
+        build_dspark_models(path, 4)
+    text = str(excinfo.value)
+    assert "\n" not in text and repr(named) in text, text
+    assert "remove these tensors" in text and "rename" not in text, text
 
 
 def _rename_old_kv_scales(path: Path, prefix: str) -> None:

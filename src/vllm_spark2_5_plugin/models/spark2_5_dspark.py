@@ -64,6 +64,7 @@ from vllm_spark2_5_plugin.models.spark2_5 import (
     Spark2_5LayerSpec,
 )
 from vllm_spark2_5_plugin.models.weight_checks import (
+    PROJECTION_OUTPUT_SCALE,
     CheckpointFiles,
     LoadPolicy,
     WeightCheck,
@@ -390,6 +391,7 @@ class Spark2_5DSparkForCausalLM(nn.Module):
             if (
                 self.model.quant_config is None
                 and self.hf_to_vllm_mapper.map_name(name) not in params
+                and not PROJECTION_OUTPUT_SCALE.search(name)  # named by the check
             ):
                 raise ValueError(
                     f"DSpark draft tensor {ckpt_name!r} has no matching parameter; "

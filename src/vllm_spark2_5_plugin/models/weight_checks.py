@@ -479,41 +479,40 @@ class WeightCheck:
         KV-cache scale) where it would reach the fused ``qkv_proj``, which
         has no ``output_scale`` (a scheme quantising the linear layers'
         outputs gives it one): vLLM's loader then stopped with
-        "'QKVParallelLinear' object has no attribute 'data'"."""
+        "'QKVParallelLinear' object has no attribute 'data'". A method that
+        maps the name renamed it before this check
+        (:func:`kv_cache_scale_name`)."""
         module = self._module_of(name)
         if module is None or isinstance(
             getattr(module, "output_scale", None), torch.Tensor
         ):
             return
-        quant_config = self._quant_config()
-        method = None if quant_config is None else quant_config.get_name()
-        if method is None:
-            why = "a checkpoint without quantization_config has no KV-cache scales"
-        else:
-            mapped = quant_config.get_cache_scale_mapper().map_name(name)
-            if mapped is None or PROJECTION_OUTPUT_SCALE.search(mapped):
-                why = (
-                    f"vLLM 0.32.0's {method} method no longer maps that name "
-                    "onto the attention layer (its in-tree models fail on it too)"
-                )
-            else:
-                why = (
-                    f"vLLM 0.32.0's {method} method maps that name onto the "
-                    f"attention layer only before the q/k/v projections are "
-                    f"fused, which {self.owner} does first"
-                )
         new = PROJECTION_OUTPUT_SCALE.sub(ATTENTION_SCALE, shown)
         kind = "query" if new.endswith(".q_scale") else "KV-cache"
+        quant_config = self._quant_config()
+        if quant_config is None:
+            fix = (
+                "a checkpoint without quantization_config has no use for it: "
+                "remove these tensors, or add the quantization_config (with "
+                "its kv_cache_scheme) of the tool that wrote them"
+            )
+        else:
+            fix = (
+                f"vLLM 0.32.0's {quant_config.get_name()} method no longer "
+                "maps that name onto the attention layer (its in-tree models "
+                "fail on it too). Re-quantise the model with a current "
+                "llm-compressor (which writes self_attn.k_scale / "
+                "self_attn.v_scale), or rename every "
+                "self_attn.{q,k,v}_proj.output_scale tensor to "
+                f"self_attn.{{q,k,v}}_scale (this one to {new!r})"
+            )
         raise ValueError(
             self._tensor_error(
                 shown,
                 f"is a {kind} scale in the layout of older llm-compressor "
-                f"releases; {why}, and its loader would stop with "
-                "\"'QKVParallelLinear' object has no attribute 'data'\". "
-                "Re-quantise the model with a current llm-compressor (which "
-                "writes self_attn.k_scale / self_attn.v_scale), or rename every "
-                "self_attn.{k,v}_proj.output_scale tensor to "
-                f"self_attn.{{k,v}}_scale (this one to {new!r})",
+                "releases, which vLLM's loader would stop on with "
+                "\"'QKVParallelLinear' object has no attribute 'data'\": "
+                f"{fix}",
             )
         )
 
