@@ -606,9 +606,16 @@ def test_kv_cache_scales_renamed_as_the_error_says_load(pair, world, tmp_path):
     values = _old_layout_kv_scales(dst, copy, draft=False)
     _rename_old_kv_scales(copy, prefix="")
     _, _, target, _ = build_dspark_models(copy, 4, dtype="bfloat16")
-    for i, layer in enumerate(target.model.layers):
+    _assert_old_scales_loaded(target, "model.layers.", values)
+
+
+def _assert_old_scales_loaded(model, layers: str, values: dict[str, float]) -> None:
+    """Each attention layer of ``model`` holds the k/v scales ``values`` gave
+    its checkpoint layer (``layers`` + index) as ``k_proj.output_scale`` /
+    ``v_proj.output_scale``."""
+    for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn.attn
-        prefix = f"model.layers.{i}.self_attn."
+        prefix = f"{layers}{i}.self_attn."
         assert float(attn._k_scale) == pytest.approx(
             values[prefix + "k_proj.output_scale"]
         )
@@ -645,15 +652,7 @@ def test_older_kv_cache_scales_load_where_the_method_maps_them(
     if draft:
         models.append((drafter, DRAFT_PREFIX + "layers."))
     for model, layers in models:
-        for i, layer in enumerate(model.model.layers):
-            attn = layer.self_attn.attn
-            prefix = f"{layers}{i}.self_attn."
-            assert float(attn._k_scale) == pytest.approx(
-                values[prefix + "k_proj.output_scale"]
-            )
-            assert float(attn._v_scale) == pytest.approx(
-                values[prefix + "v_proj.output_scale"]
-            )
+        _assert_old_scales_loaded(model, layers, values)
 
 
 # -- served by vLLM (CPU build) ---------------------------------------------------
