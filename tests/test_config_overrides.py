@@ -151,6 +151,25 @@ def test_a_factor_on_the_sliding_layers_only_is_refused_as_in_config_json(
         assert config.model_config.hf_config.rope_parameters[S]["factor"] == 2.0
 
 
+def test_rope_parameters_repeated_in_another_order_keep_the_context_length(
+    tiny_checkpoint, tmp_path
+):
+    """``--hf-overrides`` repeating config.json's RoPE with the full-attention
+    layers first: vLLM takes the last type's factor for the context length,
+    so the overrides' order was refused (8192 from the sliding layers') where
+    config.json's starts at 4096 (the full-attention layers' factor)."""
+    linear_4 = {**LINEAR_2, "factor": 4.0}
+    rope = {"rope_parameters": {S: linear_4, F: LINEAR_2}}
+    spelled = _spelled(tiny_checkpoint, tmp_path / "spelled", rope)
+    from_file = _engine_config(spelled).model_config
+    assert from_file.max_model_len == 4096
+    written = from_file.hf_config.rope_parameters  # as normalised, thetas too
+    repeated = {"rope_parameters": {F: dict(written[F]), S: dict(written[S])}}
+    config = _engine_config(spelled, hf_overrides=repeated).model_config
+    assert config.max_model_len == 4096
+    assert list(config.hf_config.rope_parameters) == [S, F]
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

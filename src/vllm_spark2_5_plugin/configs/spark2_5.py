@@ -359,7 +359,14 @@ class Spark2_5Config(PreTrainedConfig):
         if name in ("rope_parameters", "rope_scaling") and value == (
             self.rope_parameters
         ):
-            # Transformers' ``standardize_rope_params`` re-assigns the dict.
+            # Transformers' ``standardize_rope_params`` re-assigns the dict,
+            # and ``--hf-overrides`` may repeat it in another order: kept in
+            # the normalised order of the layer types, in place (vLLM takes
+            # the last type's RoPE factor for the context length).
+            if isinstance(value, dict) and list(value) != list(self.rope_parameters):
+                ordered = {t: value[t] for t in self.rope_parameters}
+                value.clear()
+                value.update(ordered)
             super().__setattr__("rope_parameters", value)
             return
         key = "rope_parameters" if name == "rope_scaling" else name
