@@ -30,9 +30,8 @@ from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
     DRAFT_SHARD,
     INDEX,
-    checked_config,
     draft_prefix,
-    read_target_config,
+    read_target_input,
     read_tensors,
     reference_input_problem,
     weights_problem,
@@ -172,20 +171,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     if (problem := vllm_seed_problem(args)) is not None:
         parser.error(problem)
     dtype, path = DTYPES[args.dtype], args.checkpoint
+    # The target's fields as vLLM reads them, a checkpoint the references
+    # read as served (not quantized, say), its tensors from the shard headers
+    # (unreadable, missing or misshapen ones ended in a traceback).
     try:
-        raw = read_target_config(path)
-    except SystemExit as exc:  # not a Spark2_5 checkpoint directory
-        parser.error(str(exc))
-    try:  # the target's fields as vLLM reads them
-        config = checked_config(path, raw)
+        raw, config = read_target_input(path)
     except ValueError as exc:
         parser.error(str(exc))
-    # A checkpoint the references would read wrongly (quantized, say); then
-    # the target's tensors, from the shard headers (unreadable, missing or
-    # misshapen ones ended in a traceback).
-    problem = reference_input_problem(path, raw) or weights_problem(path, config, raw)
-    if problem is not None:
-        parser.error(problem)
     try:
         prefix = draft_prefix(path)
     except ValueError as exc:  # several prefixes, or an unreadable shard

@@ -218,6 +218,24 @@ def reference_input_problem(
     return None if problem is None else f"{path}: {problem}"
 
 
+def read_target_input(path: Path) -> tuple[dict[str, Any], Any]:
+    """``(config.json, its checked config)`` of the target checkpoint a DSpark
+    tool reads, after every check that needs no settings: a Spark2_5
+    checkpoint directory (:func:`read_target_config`), fields as vLLM reads
+    them (:func:`checked_config`), a checkpoint the references read as it is
+    served (:func:`reference_input_problem`) and the target tensors the tools
+    read (:func:`weights_problem`). ``ValueError`` with the first problem."""
+    try:
+        raw = read_target_config(path)
+    except SystemExit as exc:  # not a Spark2_5 checkpoint directory
+        raise ValueError(str(exc)) from None
+    config = checked_config(path, raw)
+    problem = reference_input_problem(path, raw) or weights_problem(path, config, raw)
+    if problem is not None:
+        raise ValueError(problem)
+    return raw, config
+
+
 def draft_prefix(path: Path) -> str | None:
     """The one draft prefix the checkpoint's tensors use (``None``: no draft);
     ``ValueError`` for several, or for an unreadable shard

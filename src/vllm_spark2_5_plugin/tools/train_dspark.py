@@ -34,14 +34,12 @@ from vllm_spark2_5_plugin.tools.dspark_acceptance import (
     offline_acceptance,
 )
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
-    checked_config,
     draft_prefix,
     draft_tensor_shapes,
     noise_token_id,
     read_draft,
-    read_target_config,
+    read_target_input,
     reference_input_problem,
-    weights_problem,
     with_dspark_fields,
     write_checkpoint,
 )
@@ -300,22 +298,15 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if problem is not None:
         parser.error(problem)
     replace_output = dst.exists() and any(dst.iterdir())
-    try:
-        raw = read_target_config(src)
-    except SystemExit as exc:  # not a Spark2_5 checkpoint directory
-        parser.error(str(exc))
     # The target's fields as vLLM reads them (a field of the wrong type used
     # to end in a traceback from the draft config); a checkpoint the
     # references would read wrongly (quantized, say); then every target
     # tensor the run reads, from the shard headers. All before anything
     # below reads them, and before --overwrite deletes anything.
     try:
-        config = checked_config(src, raw)
+        raw, config = read_target_input(src)
     except ValueError as exc:
         parser.error(str(exc))
-    problem = reference_input_problem(src, raw) or weights_problem(src, config, raw)
-    if problem is not None:
-        parser.error(problem)
     shape = dict(
         block_size=args.block_size,
         markov_rank=args.markov_rank,
