@@ -83,17 +83,11 @@ class Built:
     ref: DSparkReference
 
 
-def build(
-    path: Path, max_model_len: int = 256, hybrid_kv_cache_manager: bool = False
-) -> Built:
+def build(path: Path, max_model_len: int = 256) -> Built:
     """Target and draft of the checkpoint at ``path``, built as the worker
-    builds them. vLLM disables the hybrid KV-cache manager on CPU;
-    ``hybrid_kv_cache_manager=True`` builds as on a GPU, where it is on."""
+    builds them (the hybrid KV-cache manager on)."""
     vllm_config, spec, target, draft = build_dspark_models(
-        path,
-        BLOCK,
-        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
-        max_model_len=max_model_len,
+        path, BLOCK, max_model_len=max_model_len
     )
     ref = DSparkReference.from_checkpoint(path)
     return Built(path, vllm_config, spec, target, draft, ref)

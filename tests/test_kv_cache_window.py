@@ -121,7 +121,7 @@ def vllm_config(hybrid: bool = True):
 
     config = VllmConfig()
     # What the H200 runs resolve to: layer-outer, so a block costs the widest
-    # group's pages. vLLM turns the hybrid manager off on CPU; on a GPU it is on.
+    # group's pages. ``hybrid=False`` is --disable-hybrid-kv-cache-manager.
     config.cache_config.kv_cache_layout = "LBNHC"
     config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid
     return config
@@ -375,7 +375,7 @@ def declared_full(world, tmp_path_factory):
         num_hidden_layers=8,
         layer_types=[S, S, S, F] * 2,
     )
-    return build(path, max_model_len=32, hybrid_kv_cache_manager=True)
+    return build(path, max_model_len=32)
 
 
 @pytest.mark.cpu_build  # the draft on the CPU, as in test_dspark_model.py

@@ -22,6 +22,37 @@ LLM_KWARGS = dict(
 )
 
 
+@contextlib.contextmanager
+def llm_engine(model: str | Path, **llm_kwargs):
+    """An in-process ``vllm.LLM`` of ``model``, torn down on leaving so the
+    next engine gets the memory back."""
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    llm = LLM(str(model), **llm_kwargs)
+    try:
+        yield llm
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+
+
+def generate_tokens(llm, prompts: Sequence[Sequence[int]], sampling_params) -> list:
+    """``llm.generate`` of token-id prompts, without a progress bar."""
+    from vllm.inputs import TokensPrompt
+
+    return llm.generate(
+        [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+        sampling_params,
+        use_tqdm=False,
+    )
+
+
+def metrics_by_name(llm) -> dict:
+    """The engine's metrics by name (the engine needs ``disable_log_stats=False``)."""
+    return {m.name: m for m in llm.get_metrics()}
+
+
 def run_llm(
     model: str | Path,
     prompts: Sequence[Sequence[int]],
@@ -30,25 +61,11 @@ def run_llm(
 ) -> tuple[list, dict]:
     """``RequestOutput``s and metrics (by name) of one in-process ``vllm.LLM``,
     torn down afterwards so the next engine gets the memory back."""
-    from vllm import LLM
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(str(model), **llm_kwargs)
-    try:
-        outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-            sampling_params,
-            use_tqdm=False,
-        )
+    with llm_engine(model, **llm_kwargs) as llm:
+        outputs = generate_tokens(llm, prompts, sampling_params)
         metrics = (
-            {m.name: m for m in llm.get_metrics()}
-            if llm_kwargs.get("disable_log_stats") is False
-            else {}
+            metrics_by_name(llm) if llm_kwargs.get("disable_log_stats") is False else {}
         )
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
     return outputs, metrics
 
 
@@ -93,15 +110,14 @@ def load_model(path: Path, draft: bool = False, **model_kwargs):
 def build_dspark_models(
     path: Path,
     num_speculative_tokens: int,
-    hybrid_kv_cache_manager: bool = False,
     **model_kwargs,
 ):
     """``(vllm_config, speculative_config, target, draft)`` of a DSpark
     checkpoint, built and loaded by vLLM's model loader on CPU (float32,
     eager) as its DSpark runner does, the target's embedding and LM head shared
     with the draft. Needs the single-process distributed world initialised.
-    vLLM disables the hybrid KV-cache manager on CPU;
-    ``hybrid_kv_cache_manager=True`` builds as on a GPU, where it is on."""
+    The hybrid KV-cache manager is on, as vLLM's engine runs it (the CPU
+    build supports it too)."""
     import pytest
     import torch
     from vllm.config import (
@@ -134,8 +150,7 @@ def build_dspark_models(
     # the validated speculative config is attached afterwards.
     vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
     vllm_config.speculative_config = spec
-    if hybrid_kv_cache_manager:
-        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
+    assert vllm_config.scheduler_config.disable_hybrid_kv_cache_manager is False
     with (
         set_current_vllm_config(vllm_config),
         pytest.MonkeyPatch.context() as mp,
@@ -152,21 +167,21 @@ def build_dspark_models(
     return vllm_config, spec, target, draft
 
 
-def greedy_generate(
-    model: str | Path,
-    prompts: Sequence[Sequence[int]],
-    max_tokens: int,
-    logprobs: int = 5,
-    **llm_kwargs,
-) -> list[tuple[list[int], list[dict[int, float]]]]:
-    """Greedy tokens and top logprobs per step from an in-process ``vllm.LLM``."""
+GREEDY_KWARGS = {**LLM_KWARGS, "distributed_executor_backend": "uni"}
+
+
+def greedy_params(max_tokens: int, logprobs: int = 5):
+    """Greedy sampling of ``max_tokens`` tokens (EOS ignored) with the top
+    ``logprobs`` logprobs of every step."""
     from vllm import SamplingParams
 
-    kwargs = {**LLM_KWARGS, "distributed_executor_backend": "uni", **llm_kwargs}
-    params = SamplingParams(
+    return SamplingParams(
         temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True
     )
-    outputs, _ = run_llm(model, prompts, params, **kwargs)
+
+
+def greedy_results(outputs) -> list[tuple[list[int], list[dict[int, float]]]]:
+    """Tokens and per-step logprobs (by token) of each ``RequestOutput``."""
     results = []
     for out in outputs:
         completion = out.outputs[0]
@@ -176,6 +191,19 @@ def greedy_generate(
         ]
         results.append((list(completion.token_ids), steps))
     return results
+
+
+def greedy_generate(
+    model: str | Path,
+    prompts: Sequence[Sequence[int]],
+    max_tokens: int,
+    logprobs: int = 5,
+    **llm_kwargs,
+) -> list[tuple[list[int], list[dict[int, float]]]]:
+    """Greedy tokens and top logprobs per step from an in-process ``vllm.LLM``."""
+    params = greedy_params(max_tokens, logprobs)
+    outputs, _ = run_llm(model, prompts, params, **GREEDY_KWARGS | llm_kwargs)
+    return greedy_results(outputs)
 
 
 def run_python(
