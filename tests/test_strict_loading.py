@@ -401,9 +401,16 @@ def test_whole_checkpoint_loads_and_later_partial_loads_are_shape_checked(
         "model.norm.weight"
     }
     assert torch.equal(model.model.norm.weight.cpu(), new_norm)
-    # ... but not a tensor of the wrong shape.
-    with pytest.raises(ValueError, match=r"'model\.norm\.weight'.*\(65,\).*\(64,\)"):
+    # ... but not a tensor of the wrong shape, nor one twice, each named as
+    # the update's (the checkpoint's files are not where it came from).
+    wrong_shape = r"'model\.norm\.weight'.*\(65,\).*\(64,\)"
+    with pytest.raises(ValueError, match=wrong_shape) as e:
         model.load_weights([("model.norm.weight", torch.ones(H + 1))])
+    assert "cannot take the weight update" in str(e.value)
+    assert SAFETENSORS not in str(e.value)
+    with pytest.raises(ValueError, match="comes twice in one update") as e:
+        model.load_weights([("model.norm.weight", new_norm)] * 2)
+    assert "cannot take the weight update: tensor 'model.norm.weight'" in str(e.value)
 
 
 # ---------------------------------------------------------------------------

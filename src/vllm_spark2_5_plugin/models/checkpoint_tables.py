@@ -119,10 +119,19 @@ def target_tensors(config: Any) -> dict[str, Expected]:
     return tensors
 
 
+def classifier_head_tensor(config: Any, num_labels: int) -> Expected:
+    """``score.weight``, the classification head of ``--convert classify``."""
+    return _expected((num_labels, "num_labels"), (config.hidden_size, "hidden_size"))
+
+
 #: Advice shown with a missing tensor.
 TARGET_HINTS = {
     "lm_head.weight": "if the LM head is the input embedding, set "
     "tie_word_embeddings: true in config.json",
+    "score.weight": "--convert classify reads a classification head from the "
+    "checkpoint; a reranker scored from two tokens' logits is converted online "
+    'with --hf-overrides \'{"classifier_from_token": [NO, YES], "method": '
+    '"from_2_way_softmax"}\'',
 }
 
 

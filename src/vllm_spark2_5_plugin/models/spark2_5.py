@@ -58,6 +58,7 @@ from vllm_spark2_5_plugin.models.checkpoint_tables import TARGET_HINTS, target_t
 from vllm_spark2_5_plugin.models.weight_checks import (
     LoadPolicy,
     WeightCheck,
+    classifier_head,
     kv_cache_scales_by_the_method,
     target_parameters_not_from_checkpoint,
     unlisted_target_tensor,
@@ -516,12 +517,15 @@ class Spark2_5ForCausalLM(nn.Module, SupportsLoRA, SupportsPP, SupportsEagle3):
         """Strict: shapes checked against config.json before vLLM's loaders run,
         and every parameter (each shard of a fused one) read from the
         checkpoint (see :mod:`~vllm_spark2_5_plugin.models.weight_checks`)."""
+        # A classification head that vLLM's --convert classify adds, if any.
+        head, head_not_from_checkpoint = classifier_head(self)
         check = WeightCheck(
             self,
-            target_tensors(self.config),
+            target_tensors(self.config) | head,
             policy=self.load_policy,
             mapper=self.hf_to_vllm_mapper,
-            not_from_checkpoint=target_parameters_not_from_checkpoint(self.config),
+            not_from_checkpoint=target_parameters_not_from_checkpoint(self.config)
+            | head_not_from_checkpoint,
             hints=TARGET_HINTS,
             unlisted=unlisted_target_tensor(self.config),
         )

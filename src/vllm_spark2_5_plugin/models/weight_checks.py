@@ -21,8 +21,9 @@ parameters, the checkpoint's own files):
   weight loader sees it; after the stream, each parameter of this rank must
   have received EVERY tensor mapped onto it (all of q/k/v, both gate/up) and
   must be in the loader's loaded set, unless it is listed in
-  :func:`target_parameters_not_from_checkpoint` (the one place that names
-  parameters that do not come from the checkpoint); and then hold no NaN
+  :func:`target_parameters_not_from_checkpoint` (a tied LM head) or
+  :func:`classifier_head` (a head vLLM fills itself), the places that name
+  parameters that do not come from the checkpoint; and then hold no NaN
   or infinity (:func:`count_nonfinite`).
 * :class:`CheckpointFiles` tells which file held a tensor, from the
   checkpoint's ``*.index.json`` weight map (or its single file); it is read
@@ -75,7 +76,11 @@ from torch import nn
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.utils import WeightsMapper
 
-from vllm_spark2_5_plugin.models.checkpoint_tables import Expected, defaults_note
+from vllm_spark2_5_plugin.models.checkpoint_tables import (
+    Expected,
+    classifier_head_tensor,
+    defaults_note,
+)
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 
 try:  # the method behind vLLM's KV-cache (and query) scales
@@ -188,6 +193,31 @@ def target_parameters_not_from_checkpoint(config: Any) -> dict[str, str]:
     if config.tie_word_embeddings:
         return {"lm_head.weight": "tied to model.embed_tokens.weight"}
     return {}
+
+
+def classifier_head(model: nn.Module) -> tuple[dict[str, Expected], dict[str, str]]:
+    """The tensors and not-from-checkpoint parameters of the ``score`` head
+    that vLLM's ``--convert classify`` adapter (``as_seq_cls_model``) adds to
+    ``model``; none for any other model.
+
+    The head is read from the checkpoint as ``score.weight`` (``num_labels``
+    rows), unless ``classifier_from_token`` or ``method`` is set: then vLLM
+    converts online (a reranker scored from two tokens' logits) and fills the
+    head from the LM head's rows after ``load_weights`` has returned.
+    """
+    score = getattr(model, "score", None)
+    weight = getattr(score, "weight", None)
+    if not isinstance(score, nn.Module) or not isinstance(weight, torch.Tensor):
+        return {}, {}
+    config = model.config
+    if getattr(config, "classifier_from_token", None) is not None or (
+        getattr(config, "method", None) is not None
+    ):
+        return {}, {
+            "score.weight": "filled from the LM head's rows by vLLM's online "
+            "classify conversion after loading"
+        }
+    return {"score.weight": classifier_head_tensor(config, weight.shape[0])}, {}
 
 
 def unlisted_target_tensor(config: Any) -> Callable[[str], str | None]:
@@ -403,6 +433,8 @@ class WeightCheck:
         #: Every tensor name this load carried (a quantised model's names).
         self.streamed: set[str] = set()
         self._modules: dict[str, nn.Module] | None = None
+        #: A weight update: the tensors come from the caller, not the checkpoint.
+        self.updating = not policy.require_all
 
     def check(self, name: str, tensor: torch.Tensor, shown: str | None = None) -> None:
         """Raise unless a listed tensor has its expected shape and dtype and
@@ -452,7 +484,9 @@ class WeightCheck:
             raise ValueError(
                 self._tensor_error(
                     shown,
-                    "is stored more than once (in two files, or twice in one); "
+                    "comes twice in one update; send one copy"
+                    if self.updating
+                    else "is stored more than once (in two files, or twice in one); "
                     "keep one copy",
                 )
             )
@@ -540,7 +574,10 @@ class WeightCheck:
 
     def _tensor_error(self, name: str, what: str) -> str:
         """``<model> cannot load the checkpoint <path>: tensor '<name>' (file
-        <file>) <what>``."""
+        <file>) <what>``, or, for a weight update (a load after the first, or
+        after dummy weights), ``<model> cannot take the weight update: ...``."""
+        if self.updating:
+            return f"{self.owner} cannot take the weight update: tensor {name!r} {what}"
         file = self.policy.checkpoint.file_of(name)
         where = f" (file {file})" if file else ""
         return (

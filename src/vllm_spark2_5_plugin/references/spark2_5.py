@@ -55,12 +55,14 @@ class Spark2_5Reference(ReferenceModel):
             stream.append(h)
         return stream
 
+    def final_norm(self, h: torch.Tensor) -> torch.Tensor:
+        """``rmsnorm(h, norm)``: the hidden states the LM head (or a pooling
+        head) reads, for last-layer states ``h [T, H]``."""
+        return rms_norm(h, self.weights["model.norm.weight"], self.config.rms_norm_eps)
+
     def final_logits(self, h: torch.Tensor) -> torch.Tensor:
         """``rmsnorm(h, norm) lm_head^T`` for last-layer states ``h [T, H]``."""
-        normed = rms_norm(
-            h, self.weights["model.norm.weight"], self.config.rms_norm_eps
-        )
-        return normed @ self.lm_head.T
+        return self.final_norm(h) @ self.lm_head.T
 
     def logits(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """Next-token logits ``[T, V]`` for every position of ``ids``."""
