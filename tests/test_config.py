@@ -196,6 +196,16 @@ def test_round_trip_through_config_json(tmp_path):
             },
             r"\['sliding_attention'\]\['partial_rotary_factor'\] = 0.5",
         ),
+        # vLLM's get_rope takes rope_dim as the rotated width.
+        (
+            {
+                "rope_parameters": {
+                    "sliding_attention": {},
+                    "full_attention": {"rope_type": "default", "rope_dim": 64},
+                }
+            },
+            r"\['full_attention'\]\['rope_dim'\] = 64 would rotate only .* 128",
+        ),
         ({"attention_output_gate": "yes"}, "attention_output_gate"),
         ({"tie_word_embeddings": 1}, "tie_word_embeddings"),
         # Past the vocabulary (or not an id): no request would stop on it.

@@ -21,9 +21,9 @@ def is_positive_int(value: Any) -> bool:
     return is_int(value) and value > 0
 
 
-def require_positive_int(name: str, value: Any, hint: str = "") -> None:
+def require_positive_int(name: str, value: Any) -> None:
     if not is_positive_int(value):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}{hint}")
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def require_token_id(name: str, value: Any, vocab_size: int, why: str = "") -> None:

@@ -62,6 +62,8 @@ class DSparkSettings:
     target_layer_ids: tuple[int, ...]
     markov_head_type: str
     enable_confidence_head: bool
+    #: Checked here (an id the draft can embed); vLLM reads it from the
+    #: config itself when it fills the block's slots.
     noise_token_id: int
     layer_types: tuple[str, ...]
     #: None only where no draft layer slides.
@@ -306,7 +308,8 @@ def refuse_separate_draft(spec_config: Any) -> None:
     """Refuse a ``"model"`` other than the served checkpoint.
 
     A Spark2_5 DSpark draft lives in the target's checkpoint (vLLM uses the
-    target's path when ``"model"`` is left out). Another path would be read
+    target's path when ``"model"`` is left out and ``num_speculative_tokens``
+    is given, which vLLM requires anyway). Another path would be read
     for the draft's config and tensors, and a path without a draft would be
     reported as the served checkpoint having none.
     """
@@ -451,9 +454,6 @@ def restore_spark2_5_draft(spec_config: Any) -> DSparkSettings:
     draft_hf.num_hidden_layers = settings.num_layers
     draft_hf.layer_types = list(settings.layer_types)
     draft_hf.is_causal = False
-    # Where the draft's layers sit in the target's checkpoint and layer-name
-    # space (attention layer names are offset past the target's layers).
-    draft_hf.dspark_num_target_layers = target_hf.num_hidden_layers
     return settings
 
 

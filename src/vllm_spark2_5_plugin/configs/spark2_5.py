@@ -561,6 +561,14 @@ class Spark2_5Config(PreTrainedConfig):
                 "serve another model than the reference and the DSpark tools "
                 "compute): remove it"
             )
+        rope_dim = entry.get("rope_dim")
+        if rope_dim is not None and rope_dim != self.head_dim:
+            # vLLM's get_rope takes it as the rotated width, before any fraction.
+            raise ValueError(
+                f"{name}['rope_dim'] = {rope_dim!r} would rotate only that many "
+                f"of each head's head_dim = {self.head_dim} dimensions; Spark2_5 "
+                "rotates whole heads: remove it"
+            )
         factor = entry.get("factor", 1.0)
         if rope_type in ROPE_TYPES_WITHOUT_FACTOR and factor != 1.0:
             raise ValueError(
@@ -586,24 +594,15 @@ class Spark2_5Config(PreTrainedConfig):
                     f"(it has {sorted(entry)})"
                 )
             if key in ("short_factor", "long_factor"):
-                self._check_longrope_factors(field, entry[key], entry)
+                self._check_longrope_factors(field, entry[key])
             elif key == "original_max_position_embeddings":
                 require_positive_int(field, entry[key])
             else:
                 require_positive_number(field, entry[key])
 
-    def _check_longrope_factors(
-        self, field: str, value: Any, entry: dict[str, Any]
-    ) -> None:
-        """One positive factor per rotated pair of dimensions."""
-        fraction = entry.get("partial_rotary_factor", 1.0)
-        if not isinstance(fraction, int | float) or isinstance(fraction, bool):
-            fraction = 1.0
-        rope_dim = entry.get("rope_dim")
-        rotary_dim = (
-            rope_dim if is_positive_int(rope_dim) else int(self.head_dim * fraction)
-        )
-        pairs = rotary_dim // 2
+    def _check_longrope_factors(self, field: str, value: Any) -> None:
+        """One positive factor per rotated pair of dimensions (whole heads)."""
+        pairs = self.head_dim // 2
         if (
             not isinstance(value, list)
             or len(value) != pairs

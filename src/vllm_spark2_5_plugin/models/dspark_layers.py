@@ -229,11 +229,9 @@ class Spark2_5DSparkAttention(Spark2_5Attention):
         key: torch.Tensor,
         value: torch.Tensor,
         slot_mapping: torch.Tensor,
-        kv_cache: torch.Tensor | None = None,
     ) -> None:
         """Write K/V rows into this layer's paged cache."""
-        if kv_cache is None:
-            kv_cache = vllm_seam.layer_kv_cache(self.attn)
+        kv_cache = vllm_seam.layer_kv_cache(self.attn)
         self._store_kv(
             key, value, slot_mapping, kv_cache, self.v_pages_transposed(kv_cache)
         )

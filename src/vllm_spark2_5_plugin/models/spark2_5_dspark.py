@@ -340,8 +340,10 @@ class Spark2_5DSparkForCausalLM(nn.Module):
     hf_to_vllm_mapper = WeightsMapper(orig_to_new_stacked=STACKED_PROJECTIONS)
 
     def _load_policy(self) -> LoadPolicy:
-        """Unquantised drafts are checked strictly, on every load (a draft gets
-        no partial weight updates); the checkpoint is the draft config's."""
+        """Every load must be whole (a draft gets no partial weight updates):
+        by the checkpoint's tables where the draft is unquantised, by what
+        every quantisation method keeps where it is quantised; the checkpoint
+        is the draft config's."""
         return LoadPolicy(
             CheckpointFiles(self.config.name_or_path),
             check=self.model.main_proj.quant_config is None,

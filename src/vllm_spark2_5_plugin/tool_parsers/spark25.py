@@ -315,6 +315,8 @@ class Spark25ToolParser(ToolParser):
     # Not vLLM's structural-tag path: adjust_request builds the grammar itself
     # (constraints.py), so that it follows the chat template's layout and can
     # refuse a forced call combined with the request's own structured output.
+    # Both are the base class's defaults, set here to say so: vLLM's
+    # --tool-strict-level has no effect on this parser (docs/tool_parser.md).
     structural_tag_model = None
     default_tool_strict_level = None
     # Streaming is driven by deltas alone and vLLM calls finish_streaming()

@@ -385,17 +385,15 @@ def target_and_sequences(
     continuations: str,
     dtype: torch.dtype,
     device: str | torch.device,
-    sequences_file: Path | None = None,
-    take: int | None = None,
     gpu_memory_utilization: float = 0.8,
     vllm_dtype: str = "auto",
     held_out: int = 0,
     sequences: tuple[int, list[list[int]]] | None = None,
 ) -> tuple[Spark2_5Reference, int, list[list[int]]]:
     """The reference target of checkpoint ``path`` and ``prompt + continuation``
-    sequences: ``sequences`` (``(prompt_len, sequences)`` already read), or read
-    from ``sequences_file`` (see :func:`read_sequences`), else ``num`` seeded
-    random prompts and their greedy continuations.
+    sequences: ``sequences`` (``(prompt_len, sequences)`` already read with
+    :func:`read_sequences`), else ``num`` seeded random prompts and their
+    greedy continuations.
 
     vLLM generates before the reference target is loaded, so that the two
     never hold GPU memory at once; it continues the first ``held_out`` prompts
@@ -405,8 +403,6 @@ def target_and_sequences(
     seqs = None
     if sequences is not None:
         prompt_len, seqs = sequences
-    elif sequences_file is not None:
-        prompt_len, seqs = read_sequences(sequences_file, take)
     else:
         # Spark2_5Config's default where config.json omits it, as vLLM reads it.
         raw = with_config_defaults(json.loads((path / "config.json").read_text()))

@@ -14,6 +14,10 @@ Everything beyond that lives here, one function per assumption:
 * two class-level wrappers: ``SpeculativeConfig.update_arch_`` (to undo the
   DeepSeek-V4 fallback for Spark2_5 drafts) and ``VllmConfig.__post_init__``
   (to refuse DSpark settings the draft cannot run, at start-up);
+* two module-level wrappers of the OpenAI server: the chat-message parsers
+  ``vllm.renderers.hf.parse_chat_messages(_async)`` (to refuse history the
+  chat template cannot render, with a 400) and the Responses stream's
+  ``split_delta`` (to keep a tool call's last arguments in its item);
 * the attention internals the draft's fixed-history layers read: the per-layer
   attention context, the paged metadata fields, the KV-cache layout, the
   backend's KV write and a layer's fp8 KV-cache dtype and scales;
@@ -24,12 +28,15 @@ Everything beyond that lives here, one function per assumption:
   of a KV-cache group and the blocks a sliding-window group frees.
 
 The package has one module per area (``registries``, ``config_hooks``,
-``attention``, ``dspark``, ``kv_cache``) and ``hooks`` for the checking
-machinery; callers import this package and use the names it re-exports.
+``attention``, ``dspark``, ``kv_cache``, ``responses``) and ``hooks`` for the
+checking machinery; callers import this package and use the names it
+re-exports.
 
-Each assumption is also a :class:`HookPoint` in :data:`HOOK_POINTS`;
-:func:`check_hook_points` verifies them all against the running vLLM, so a
-vLLM upgrade that breaks one fails in one place, with one message. vLLM is
+The assumptions are :class:`HookPoint`\ s in :data:`HOOK_POINTS`, but for
+two plain attribute reads (a layer's ``kv_cache``, the compilation config's
+``custom_ops``); :func:`check_hook_points` verifies them all against the
+running vLLM, so a vLLM upgrade that breaks one fails in one place, with one
+message. vLLM is
 imported lazily: importing this package is free.
 """
 

@@ -154,11 +154,6 @@ class KVCacheQuant(NamedTuple):
     v_scale: torch.Tensor
 
 
-#: vLLM ``--kv-cache-dtype`` values whose cache holds fp8 e4m3 bytes with one
-#: scale per layer for K and one for V.
-FP8_E4M3_CACHE_DTYPES = ("fp8", "fp8_e4m3")
-
-
 def kv_cache_quant(attn: Any) -> KVCacheQuant | None:
     """``None`` when attention layer ``attn`` keeps its cache in the model
     dtype; for an fp8 e4m3 cache, its byte dtype and the layer's K/V scales
@@ -166,8 +161,10 @@ def kv_cache_quant(attn: Any) -> KVCacheQuant | None:
     raise ``ValueError``: the DSpark config check refuses them at start-up."""
     import torch
 
+    from vllm_spark2_5_plugin.ops.limits import FP8_KV_CACHE_DTYPES
+
     cache_dtype = attn.kv_cache_dtype
-    if cache_dtype in FP8_E4M3_CACHE_DTYPES:
+    if cache_dtype in FP8_KV_CACHE_DTYPES:
         return KVCacheQuant(torch.float8_e4m3fn, attn._k_scale, attn._v_scale)
     if cache_dtype in ("auto", "float16", "bfloat16"):
         return None

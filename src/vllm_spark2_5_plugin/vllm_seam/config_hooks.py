@@ -6,16 +6,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vllm_spark2_5_plugin.vllm_seam.hooks import WRAPPED as _WRAPPED
 from vllm_spark2_5_plugin.vllm_seam.hooks import expect as _expect
 from vllm_spark2_5_plugin.vllm_seam.hooks import hook_point as _hook_point
 from vllm_spark2_5_plugin.vllm_seam.hooks import params as _params
-
-if TYPE_CHECKING:
-    pass
-
 
 # ---------------------------------------------------------------------------
 # Config wrappers

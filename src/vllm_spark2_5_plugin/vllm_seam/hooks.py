@@ -6,10 +6,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 # Marks our class-level wrappers so that installing twice never wraps twice.
 WRAPPED = "_spark2_5_plugin_wrapper"

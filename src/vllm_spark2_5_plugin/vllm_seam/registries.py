@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
 
 from vllm_spark2_5_plugin.vllm_seam.hooks import expect as _expect
 from vllm_spark2_5_plugin.vllm_seam.hooks import hook_point as _hook_point
-
-if TYPE_CHECKING:
-    pass
-
 
 # ---------------------------------------------------------------------------
 # Registries
