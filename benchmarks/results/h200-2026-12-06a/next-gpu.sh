@@ -16,4 +16,11 @@ lora-serve)  # the LoRA refusal and bf16 parity (CUDA-marked), then the
 parity)  # the two files that ran out of their limits last time
   NAME=parity BUDGET=${BUDGET:-560} PER_FILE=${PER_FILE:-340} bash $suite \
     tests/test_generation_parity.py tests/test_registration.py ;;
+rest)  # what the parity step did not reach (for the next lease)
+  NAME=rest BUDGET=${BUDGET:-560} PER_FILE=${PER_FILE:-200} bash $suite \
+    "tests/test_generation_parity.py::test_checkpoint_with_draft_tensors_serves_target_only" \
+    tests/test_generation_parity.py::test_multiprocess_engine_discovers_plugin_through_entry_point \
+    tests/test_generation_parity.py::test_quantised_load_checks_hold_on_every_tensor_parallel_rank \
+    tests/test_registration.py::test_config_loads_without_remote_code \
+    tests/test_tool_choice_responses.py ;;
 esac
