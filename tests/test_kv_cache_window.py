@@ -56,13 +56,7 @@ class Layout(NamedTuple):
 
     def closed_form(self) -> KVCacheLayout:
         return KVCacheLayout(
-            self.target,
-            self.window,
-            self.draft,
-            self.draft_window,
-            self.num_spec,
-            BLOCK_SIZE,
-            self.max_model_len,
+            self.target, self.window, self.draft, self.num_spec, BLOCK_SIZE
         )
 
     def choose(self, **overrides):

@@ -49,19 +49,18 @@ def _cdiv(a: int, b: int) -> int:
 class KVCacheLayout:
     """What vLLM's KV-cache manager sees of a Spark2_5 target and its draft.
 
-    ``target_window`` is the target's ``sliding_window`` (W),
-    ``draft_window`` the draft's ``dspark_sliding_window`` (W_d) and
+    ``target_window`` is the target's ``sliding_window`` (W) and
     ``num_speculative_tokens`` K: at a decode step vLLM gives a request of
     L context tokens slots for ``L + 1 + K`` verified tokens plus K lookahead.
+    The draft's sliding layers' window is what each method is asked about
+    (``declared``).
     """
 
     target_layer_types: tuple[str, ...]
     target_window: int | None
     draft_layer_types: tuple[str, ...]
-    draft_window: int | None  # None: no draft layer slides
     num_speculative_tokens: int
     block_size: int
-    max_model_len: int
 
     def buckets(
         self, declared: int | None, with_draft: bool = True
@@ -217,10 +216,8 @@ def draft_kv_cache_window(
         tuple(target_layer_types),
         target_window,
         tuple(draft_layer_types),
-        draft_window,
         num_speculative_tokens,
         block_size,
-        max_model_len,
     )
     target_slides = SLIDING in layout.target_layer_types
     target_full = FULL in layout.target_layer_types
