@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_generation_parity import assert_matches_reference
+from vllm_helpers import GREEDY_KWARGS, generate_tokens, greedy_params, llm_engine
 
 from vllm_spark2_5_plugin.names import FULL, SLIDING
 from vllm_spark2_5_plugin.tools.in_tree_checkpoint import write_in_tree
@@ -232,29 +233,11 @@ def test_makers_never_replace_a_directory_unasked(tmp_path: Path, capsys, preset
 
 @pytest.mark.slow
 def test_vllm_loads_and_generates_from_the_mini_checkpoint(mini: Path):
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(
-        str(mini),
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=256,
-        seed=0,
-        distributed_executor_backend="uni",
-    )
     prompt = list(range(20, 120))
-    try:
+    with llm_engine(mini, **GREEDY_KWARGS | {"max_model_len": 256}) as llm:
         assert llm.llm_engine.model_config.architectures == ["Spark2_5ForCausalLM"]
-        out = llm.generate(
-            [TokensPrompt(prompt_token_ids=prompt)],
-            SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=5),
-            use_tqdm=False,
-        )[0].outputs[0]
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
+        (output,) = generate_tokens(llm, [prompt], greedy_params(12))
+    out = output.outputs[0]
     assert len(out.token_ids) == 12
     assert isinstance(out.text, str) and out.text
     # The mini preset's shapes (not the tiny checkpoint's) against the

@@ -20,7 +20,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from test_generation_parity import LOGPROB_ATOL, assert_matches_reference, prompts
-from vllm_helpers import LLM_KWARGS, gpu_vllm_available, run_python, vllm_server
+from vllm_helpers import (
+    LLM_KWARGS,
+    gpu_vllm_available,
+    greedy_params,
+    llm_engine,
+    run_python,
+    vllm_server,
+)
 
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 
@@ -152,13 +159,8 @@ def lora_generate(model: Path, requests, max_tokens: int = MAX_TOKENS, **llm_kwa
     """Greedy tokens and top-5 logprobs per step for ``(prompt, LoRARequest or
     None)`` pairs, all in one ``vllm.LLM`` batch (in-process, float32 and
     eager unless ``llm_kwargs`` say otherwise)."""
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(
-        temperature=0.0, max_tokens=max_tokens, logprobs=5, ignore_eos=True
-    )
     kwargs = {
         **LLM_KWARGS,
         "distributed_executor_backend": "uni",
@@ -166,17 +168,13 @@ def lora_generate(model: Path, requests, max_tokens: int = MAX_TOKENS, **llm_kwa
         "max_lora_rank": RANK,
         **llm_kwargs,
     }
-    llm = LLM(str(model), **kwargs)
-    try:
+    with llm_engine(model, **kwargs) as llm:
         outputs = llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p, _ in requests],
-            params,
+            greedy_params(max_tokens),
             lora_request=[lora for _, lora in requests],
             use_tqdm=False,
         )
-    finally:
-        del llm
-        cleanup_dist_env_and_memory()
     return [
         (
             list(out.outputs[0].token_ids),

@@ -25,10 +25,19 @@ LLM_KWARGS = dict(
 @contextlib.contextmanager
 def llm_engine(model: str | Path, **llm_kwargs):
     """An in-process ``vllm.LLM`` of ``model``, torn down on leaving so the
-    next engine gets the memory back."""
+    next engine gets the memory back.
+
+    An engine that failed in an earlier test can outlive it (the exception's
+    frames hold it); collected while this one runs, its shutdown tore down
+    the distributed groups this engine had just set up ("pipeline model
+    parallel group is not initialized" at its first step). So it is
+    collected first."""
+    import gc
+
     from vllm import LLM
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
+    gc.collect()
     llm = LLM(str(model), **llm_kwargs)
     try:
         yield llm
