@@ -700,6 +700,76 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
         args.create_engine_config()
 
 
+@pytest.mark.parametrize(
+    ("fields", "refusal"),
+    [
+        # vLLM 0.32.0's DSpark path ignores these, or fails on them only after
+        # loading: each refused naming the field.
+        ({"quantization": "fp8"}, r"quantization='fp8' .* use --quantization"),
+        ({"kv_cache_dtype": "fp8_e5m2"}, r"kv_cache_dtype='fp8_e5m2' .* 'auto'"),
+        ({"kv_cache_dtype": "fp8"}, r"kv_cache_dtype='fp8' .*--kv-cache-dtype"),
+        ({"enforce_eager": True}, r"enforce_eager=True .* --enforce-eager"),
+        ({"disable_padded_drafter_batch": True}, "disable_padded_drafter_batch"),
+        ({"use_local_argmax_reduction": True}, "use_local_argmax_reduction"),
+        ({"attention_backend": "FLEX_ATTENTION"}, r"attention_backend=FLEX_ATTENTION"),
+        # The target's own settings, spelled again, pass to vLLM's verdict.
+        ({"kv_cache_dtype": "auto"}, V1_REFUSAL),
+        ({"draft_tensor_parallel_size": 1}, V1_REFUSAL),
+        ({"enforce_eager": False}, V1_REFUSAL),
+        ({"attention_backend": "TRITON_ATTN"}, V1_REFUSAL),
+    ],
+)
+def test_draft_only_speculative_fields_are_refused_naming_them(
+    registered, dspark_checkpoint, fields, refusal
+):
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(dspark_checkpoint),
+        dtype="bfloat16",
+        max_model_len=256,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 4, **fields},
+    )
+    if refusal == V1_REFUSAL and gpu_vllm_available():
+        assert args.create_engine_config().speculative_config.method == "dspark"
+        return
+    with pytest.raises(ValueError, match=refusal):
+        args.create_engine_config()
+
+
+@pytest.mark.parametrize(
+    ("draft_tp", "refusal"),
+    [(1, r"draft_tensor_parallel_size=1 .* parallelism, 2"), (2, V1_REFUSAL)],
+)
+def test_a_draft_tensor_parallelism_other_than_the_targets_is_refused(
+    registered, dspark_checkpoint, draft_tp, refusal
+):
+    """vLLM accepts 1 beside TP 2; the draft's layers shard over the target's
+    group anyway (a config only: no worker starts)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(dspark_checkpoint),
+        dtype="bfloat16",
+        max_model_len=256,
+        tensor_parallel_size=2,
+        speculative_config={
+            "method": "dspark",
+            "num_speculative_tokens": 4,
+            "draft_tensor_parallel_size": draft_tp,
+        },
+    )
+    if refusal == V1_REFUSAL and gpu_vllm_available():
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            pytest.skip("vLLM's CUDA build checks for two GPUs")
+        assert args.create_engine_config().speculative_config.method == "dspark"
+        return
+    with pytest.raises(ValueError, match=refusal):
+        args.create_engine_config()
+
+
 @pytest.mark.parametrize("layer_types", [[SLIDING, FULL], [FULL]])
 def test_lora_with_dspark_is_refused_at_start_up(
     registered, dspark_checkpoint, tmp_path, layer_types

@@ -487,10 +487,22 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
             "combination is untested). Serve with --enable-lora or with "
             "--speculative-config, not both"
         )
+    refuse_draft_only_settings(spec, vllm_config)
     draft_hf = spec.draft_model_config.hf_config
     normalize_dspark_config(draft_hf)
     if SLIDING not in draft_hf.dspark_layer_types:
         return  # full draft layers use vLLM's own attention backend
+    backend = getattr(spec, "attention_backend", None)
+    backend = getattr(backend, "name", backend)
+    if backend is not None and backend not in SLIDING_DRAFT_BACKENDS:
+        raise ValueError(
+            f"--speculative-config attention_backend={backend}: "
+            "Spark2_5 DSpark's sliding draft layers read the paged cache and "
+            "metadata of FlashAttention or Triton attention ("
+            + " or ".join(SLIDING_DRAFT_BACKENDS)
+            + "); leave attention_backend out (the draft then takes vLLM's "
+            "choice for the target)"
+        )
     dtype = str(spec.draft_model_config.dtype).removeprefix("torch.")
     kernel = "Spark2_5 DSpark's sliding draft layers run on the fixed-history kernel"
     reason = unsupported_dtype_reason(dtype)
@@ -514,6 +526,75 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
             "checkpoint a draft whose layers are all full attention "
             '(dspark_layer_types ["full_attention", ...]; spark2_5-train-dspark '
             "--draft-layer-types full), or serve it without --speculative-config"
+        )
+
+
+#: vLLM attention backends whose paged cache and metadata the sliding draft
+#: layers' fixed-history kernel reads (``vllm_seam.attention``).
+SLIDING_DRAFT_BACKENDS = ("FLASH_ATTN", "TRITON_ATTN")
+
+
+def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
+    """Refuse ``--speculative-config`` fields that would give the draft other
+    settings than the target's, where vLLM 0.32.0's DSpark path ignores them
+    or fails on them only once the model is loaded (read in its source):
+
+    * ``quantization``: vLLM replaces the draft's by the target's (for a
+      Spark2_5 draft, its DeepSeek-V4 fallback runs first);
+    * ``kv_cache_dtype``: the draft's sliding layers share the target's
+      KV-cache layout (and the kernel reads only fp8 e4m3 or the model dtype);
+    * ``draft_tensor_parallel_size``: the draft's layers shard over the
+      target's tensor-parallel group whatever it says;
+    * ``enforce_eager``: the V2 model runner gives the draft the target's
+      CUDA-graph mode;
+    * ``disable_padded_drafter_batch``: DSpark never reads it, but vLLM turns
+      asynchronous scheduling off for it;
+    * ``use_local_argmax_reduction``: DSpark takes the argmax of the full
+      logits; vLLM asks the draft for a method it does not have, after loading.
+    """
+    target = spec.target_model_config
+    problems = []
+    quantization = getattr(spec, "quantization", None)
+    if quantization != getattr(target, "quantization", None):
+        problems.append(
+            f"quantization={quantization!r} (the draft is quantised as the target "
+            f"is, {target.quantization!r}: use --quantization)"
+        )
+    cache_dtype = getattr(spec, "kv_cache_dtype", None)
+    target_cache = getattr(vllm_config.cache_config, "cache_dtype", "auto")
+    if cache_dtype is not None and cache_dtype != target_cache:
+        problems.append(
+            f"kv_cache_dtype={cache_dtype!r} (the draft shares the target's "
+            f"KV-cache layout, {target_cache!r}: use --kv-cache-dtype)"
+        )
+    tp = vllm_config.parallel_config.tensor_parallel_size
+    draft_tp = getattr(spec, "draft_tensor_parallel_size", None)
+    if draft_tp is not None and draft_tp != tp:
+        problems.append(
+            f"draft_tensor_parallel_size={draft_tp} (the draft runs at the "
+            f"target's tensor parallelism, {tp})"
+        )
+    eager = getattr(spec, "enforce_eager", None)
+    if eager is not None and eager != target.enforce_eager:
+        problems.append(
+            f"enforce_eager={eager} (the draft runs in the target's CUDA-graph "
+            "mode: use --enforce-eager)"
+        )
+    if getattr(spec, "disable_padded_drafter_batch", False):
+        problems.append(
+            "disable_padded_drafter_batch=true (DSpark does not read it, and "
+            "vLLM would turn asynchronous scheduling off for it)"
+        )
+    if getattr(spec, "use_local_argmax_reduction", False):
+        problems.append(
+            "use_local_argmax_reduction=true (DSpark drafts from the full "
+            "logits; the Spark2_5 draft has no top-tokens method)"
+        )
+    if problems:
+        raise ValueError(
+            "--speculative-config for a Spark2_5 DSpark draft: "
+            + "; ".join(problems)
+            + ". Remove these fields: the draft takes the target's settings"
         )
 
 
