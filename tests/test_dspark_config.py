@@ -712,10 +712,12 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
         ({"disable_padded_drafter_batch": True}, "disable_padded_drafter_batch"),
         ({"use_local_argmax_reduction": True}, "use_local_argmax_reduction"),
         ({"attention_backend": "FLEX_ATTENTION"}, r"attention_backend=FLEX_ATTENTION"),
+        ({"max_model_len": 128}, r"max_model_len=128 .* 256: use --max-model-len"),
         # The target's own settings, spelled again, pass to vLLM's verdict.
         ({"kv_cache_dtype": "auto"}, V1_REFUSAL),
         ({"draft_tensor_parallel_size": 1}, V1_REFUSAL),
         ({"enforce_eager": False}, V1_REFUSAL),
+        ({"max_model_len": 256}, V1_REFUSAL),
         ({"attention_backend": "TRITON_ATTN"}, V1_REFUSAL),
     ],
 )

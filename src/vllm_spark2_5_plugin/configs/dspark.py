@@ -550,7 +550,13 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
     * ``disable_padded_drafter_batch``: DSpark never reads it, but vLLM turns
       asynchronous scheduling off for it;
     * ``use_local_argmax_reduction``: DSpark takes the argmax of the full
-      logits; vLLM asks the draft for a method it does not have, after loading.
+      logits; vLLM asks the draft for a method it does not have, after loading;
+    * ``max_model_len``: checked by vLLM, then never used on the DSpark path
+      (the draft runs to the target's length).
+
+    ``revision`` is not compared: vLLM resolves a Hub checkpoint's revision
+    to a commit for the target, so an unset draft revision would differ from
+    it although both read the same commit (see ``docs/dspark.md``).
     """
     target = spec.target_model_config
     problems = []
@@ -590,11 +596,17 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
             "use_local_argmax_reduction=true (DSpark drafts from the full "
             "logits; the Spark2_5 draft has no top-tokens method)"
         )
+    max_len = getattr(spec, "max_model_len", None)
+    if max_len is not None and max_len != target.max_model_len:
+        problems.append(
+            f"max_model_len={max_len} (the draft runs to the target's "
+            f"max_model_len, {target.max_model_len}: use --max-model-len)"
+        )
     if problems:
         raise ValueError(
             "--speculative-config for a Spark2_5 DSpark draft: "
             + "; ".join(problems)
-            + ". Remove these fields: the draft takes the target's settings"
+            + ". The draft takes the target's settings"
         )
 
 
