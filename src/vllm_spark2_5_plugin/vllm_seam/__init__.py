@@ -32,7 +32,7 @@ The package has one module per area (``registries``, ``config_hooks``,
 checking machinery; callers import this package and use the names it
 re-exports.
 
-The assumptions are :class:`HookPoint`\ s in :data:`HOOK_POINTS`, but for
+The assumptions are :class:`HookPoint` objects in :data:`HOOK_POINTS`, but for
 two plain attribute reads (a layer's ``kv_cache``, the compilation config's
 ``custom_ops``); :func:`check_hook_points` verifies them all against the
 running vLLM, so a vLLM upgrade that breaks one fails in one place, with one
