@@ -65,20 +65,32 @@ def world():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the tests marked ``cpu_build`` under a CUDA build of vLLM: they
-    check what vLLM's CPU build does (its verdicts, the PyTorch reference in
-    place of the GPU kernels, models on the CPU), and their GPU counterparts
-    carry the ``cuda`` mark."""
-    marked = [item for item in items if item.get_closest_marker("cpu_build")]
-    if not marked:
-        return
+    """Under a CUDA build of vLLM, skip the tests marked ``cpu_build`` (they
+    check what vLLM's CPU build does: its verdicts, the PyTorch reference in
+    place of the GPU kernels, models on the CPU; their GPU counterparts carry
+    the ``cuda`` mark), and those marked ``ranks(n)`` where there are fewer
+    than n GPUs (vLLM's ParallelConfig refuses a world size larger than the
+    GPUs present before anything of the plugin runs; the CPU build runs any
+    number of ranks as processes)."""
     from vllm_helpers import gpu_vllm_available
 
     if not gpu_vllm_available():
         return
-    skip = pytest.mark.skip(
+    import torch
+
+    gpus = torch.cuda.device_count()
+    cpu_build = pytest.mark.skip(
         reason="written for vLLM's CPU build; under its CUDA build run "
         "`pytest -m cuda tests/`"
     )
-    for item in marked:
-        item.add_marker(skip)
+    for item in items:
+        if item.get_closest_marker("cpu_build"):
+            item.add_marker(cpu_build)
+        ranks = item.get_closest_marker("ranks")
+        if ranks and ranks.args[0] > gpus:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"configures {ranks.args[0]} ranks: vLLM's CUDA build "
+                    f"needs as many GPUs ({gpus} here)"
+                )
+            )

@@ -372,6 +372,7 @@ def test_valid_overrides_and_a_disabled_window_still_start(
         assert model_config.hf_config.max_position_embeddings == positions
 
 
+@pytest.mark.ranks(3)
 def test_kv_heads_that_tensor_parallelism_cannot_split_are_refused_at_start_up(
     tmp_path,
 ):

@@ -583,14 +583,8 @@ def test_hf_config_path_that_agrees_for_the_draft_is_accepted(
         assert target.max_position_embeddings == 4096  # the target read it
 
 
+@pytest.mark.ranks(2)
 def test_pipeline_parallel_is_refused(registered, dspark_checkpoint):
-    import torch
-
-    if gpu_vllm_available() and torch.cuda.device_count() < 2:
-        pytest.skip(
-            "vLLM's own ParallelConfig refuses pipeline_parallel_size=2 on one "
-            "GPU before the DSpark check runs"
-        )
     with pytest.raises(ValueError, match=r"pipeline_parallel_size=2"):
         build_spec(dspark_checkpoint, pp=2, num_speculative_tokens=4)
 
@@ -741,6 +735,7 @@ def test_draft_only_speculative_fields_are_refused_naming_them(
     check_start_up(args, refusal)
 
 
+@pytest.mark.ranks(2)
 @pytest.mark.parametrize(
     ("draft_tp", "refusal"),
     [(1, r"draft_tensor_parallel_size=1 .* parallelism, 2"), (2, V1_REFUSAL)],
@@ -763,11 +758,6 @@ def test_a_draft_tensor_parallelism_other_than_the_targets_is_refused(
             "draft_tensor_parallel_size": draft_tp,
         },
     )
-    if refusal == V1_REFUSAL and gpu_vllm_available():
-        import torch
-
-        if torch.cuda.device_count() < 2:
-            pytest.skip("vLLM's CUDA build checks for two GPUs")
     check_start_up(args, refusal)
 
 

@@ -332,6 +332,7 @@ def test_multiprocess_engine_discovers_plugin_through_entry_point(
         assert registered, "the engine core logged no registration:\n" + "\n".join(core)
 
 
+@pytest.mark.ranks(2)
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "parallel",
@@ -351,6 +352,7 @@ def test_two_way_parallelism_gives_the_same_tokens(
     assert tokens == reference_tokens
 
 
+@pytest.mark.ranks(2)
 @pytest.mark.slow
 def test_quantised_load_checks_hold_on_every_tensor_parallel_rank(
     tiny_checkpoint, prompt_ids, tmp_path

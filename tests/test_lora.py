@@ -298,6 +298,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.ranks(2)
 @pytest.mark.slow
 def test_two_adapters_under_tensor_parallelism(tiny_checkpoint, adapters, prompt_ids):
     """TP=2 slices B (column-parallel q/k/v, g_proj, gate/up) and A (row-parallel
