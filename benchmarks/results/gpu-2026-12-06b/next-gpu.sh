@@ -9,8 +9,12 @@ case $1 in
 dspark)  # DSpark and fp8 serving under the CUDA build after the
   # forty-eighth session's start-up refusals of draft-only settings: the
   # accepted configurations must still start and draft
-  SPARK2_5_ORACLE_OUT=$OUT NAME=dspark MARK=cuda BUDGET=${BUDGET:-560} \
-    PER_FILE=300 bash $suite tests/test_dspark_gpu_e2e.py tests/test_fp8_gpu.py ;;
+  # (carry out/fp8-pair, made on the CPU machine by
+  # `.venv/bin/python tests/test_fp8_gpu.py out/fp8-pair`: the GPU machine has
+  # no llm-compressor environment)
+  SPARK2_5_FP8_PAIR=out/fp8-pair SPARK2_5_ORACLE_OUT=$OUT NAME=dspark \
+    MARK=cuda BUDGET=${BUDGET:-560} PER_FILE=330 bash $suite \
+    tests/test_dspark_gpu_e2e.py tests/test_fp8_gpu.py ;;
 refusals)  # the start-up refusals' own tests under the CUDA build
   NAME=refusals BUDGET=${BUDGET:-300} PER_FILE=300 bash $suite \
     tests/test_dspark_config.py ;;
