@@ -24,8 +24,13 @@ LLM_KWARGS = dict(
 
 @contextlib.contextmanager
 def llm_engine(model: str | Path, **llm_kwargs):
-    """An in-process ``vllm.LLM`` of ``model``, torn down on leaving so the
-    next engine gets the memory back.
+    """A ``vllm.LLM`` of ``model``, shut down on leaving so the next engine
+    gets the memory back.
+
+    The engine core is shut down explicitly: the caller's ``as`` name still
+    holds the ``LLM`` until its test returns, so dropping this function's
+    reference freed nothing, and under vLLM's CUDA build the next engine of
+    the same test file found the GPU's memory taken.
 
     An engine that failed in an earlier test can outlive it (the exception's
     frames hold it); collected while this one runs, its shutdown tore down
@@ -42,7 +47,9 @@ def llm_engine(model: str | Path, **llm_kwargs):
     try:
         yield llm
     finally:
+        llm.llm_engine.engine_core.shutdown()
         del llm
+        gc.collect()
         cleanup_dist_env_and_memory()
 
 

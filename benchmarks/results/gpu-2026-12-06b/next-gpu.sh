@@ -20,4 +20,9 @@ refusals)  # the start-up refusals' own tests under the CUDA build
     tests/test_dspark_config.py ;;
 rest)  # what the forty-eighth session's lease did not reach
   bash benchmarks/results/h200-2026-12-06a/next-gpu.sh rest ;;
+new)  # the forty-eighth session's new engine test files, never run under
+  # the CUDA build before
+  NAME=new BUDGET=${BUDGET:-400} PER_FILE=250 bash $suite \
+    tests/test_engine_helpers.py tests/test_pooling_and_prompt_embeds.py \
+    tests/test_kv_cache_paths.py ;;
 esac
