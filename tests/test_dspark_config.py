@@ -705,16 +705,18 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
     [
         # vLLM 0.32.0's DSpark path ignores these, or fails on them only after
         # loading: each refused naming the field.
-        ({"quantization": "fp8"}, r"quantization='fp8' .* use --quantization"),
+        ({"quantization": "fp8"}, r"quantization='fp8' .* --quantization sets both"),
         ({"kv_cache_dtype": "fp8_e5m2"}, r"kv_cache_dtype='fp8_e5m2' .* 'auto'"),
         ({"kv_cache_dtype": "fp8"}, r"kv_cache_dtype='fp8' .*--kv-cache-dtype"),
+        ({"kv_cache_dtype": "float16"}, r"kv_cache_dtype='float16' .* 'auto'"),
         ({"enforce_eager": True}, r"enforce_eager=True .* --enforce-eager"),
         ({"disable_padded_drafter_batch": True}, "disable_padded_drafter_batch"),
         ({"use_local_argmax_reduction": True}, "use_local_argmax_reduction"),
         ({"attention_backend": "FLEX_ATTENTION"}, r"attention_backend=FLEX_ATTENTION"),
-        ({"max_model_len": 128}, r"max_model_len=128 .* 256: use --max-model-len"),
+        ({"max_model_len": 128}, r"max_model_len=128 .* 256; --max-model-len sets"),
         # The target's own settings, spelled again, pass to vLLM's verdict.
         ({"kv_cache_dtype": "auto"}, V1_REFUSAL),
+        ({"kv_cache_dtype": "bfloat16"}, V1_REFUSAL),  # what auto stores
         ({"draft_tensor_parallel_size": 1}, V1_REFUSAL),
         ({"enforce_eager": False}, V1_REFUSAL),
         ({"max_model_len": 256}, V1_REFUSAL),
@@ -731,6 +733,46 @@ def test_draft_only_speculative_fields_are_refused_naming_them(
         dtype="bfloat16",
         max_model_len=256,
         speculative_config={"method": "dspark", "num_speculative_tokens": 4, **fields},
+    )
+    check_start_up(args, refusal)
+
+
+@pytest.mark.parametrize(
+    ("engine_fields", "fields", "refusal"),
+    [
+        # A quantised target with "model" naming the served checkpoint: vLLM
+        # leaves the speculative quantization unset, and quantises the draft
+        # as the target all the same.
+        ({"quantization": "fp8"}, {"model": "SERVED"}, V1_REFUSAL),
+        ({"quantization": "fp8"}, {"quantization": "fp8"}, V1_REFUSAL),
+        # vLLM's fp8 is e4m3 on NVIDIA GPUs: the same cache.
+        ({"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "fp8"}, V1_REFUSAL),
+        (
+            {"kv_cache_dtype": "fp8_e4m3"},
+            {"kv_cache_dtype": "auto"},
+            r"kv_cache_dtype='auto' .* 'fp8_e4m3'; --kv-cache-dtype sets both",
+        ),
+        (
+            {"enforce_eager": True},
+            {"enforce_eager": False},
+            r"enforce_eager=False .* enforce_eager=True; --enforce-eager sets both"
+            r".* Leave these fields out",
+        ),
+    ],
+)
+def test_the_draft_fields_are_compared_with_the_targets_own_settings(
+    registered, dspark_checkpoint, engine_fields, fields, refusal
+):
+    from vllm.engine.arg_utils import EngineArgs
+
+    if fields.get("model") == "SERVED":
+        fields = {**fields, "model": str(dspark_checkpoint)}
+    args = EngineArgs(
+        model=str(dspark_checkpoint),
+        dtype="bfloat16",
+        max_model_len=256,
+        speculative_config={"method": "dspark", "num_speculative_tokens": 4, **fields},
+        **engine_fields,
     )
     check_start_up(args, refusal)
 

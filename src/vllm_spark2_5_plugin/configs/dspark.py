@@ -500,8 +500,8 @@ def check_dspark_engine_config(vllm_config: Any) -> None:
             "Spark2_5 DSpark's sliding draft layers read the paged cache and "
             "metadata of FlashAttention or Triton attention ("
             + " or ".join(SLIDING_DRAFT_BACKENDS)
-            + "); leave attention_backend out (the draft then takes vLLM's "
-            "choice for the target)"
+            + "); leave attention_backend out (vLLM then chooses the draft's "
+            "backend)"
         )
     dtype = str(spec.draft_model_config.dtype).removeprefix("torch.")
     kernel = "Spark2_5 DSpark's sliding draft layers run on the fixed-history kernel"
@@ -540,9 +540,11 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
     or fails on them only once the model is loaded (read in its source):
 
     * ``quantization``: vLLM replaces the draft's by the target's (for a
-      Spark2_5 draft, its DeepSeek-V4 fallback runs first);
+      Spark2_5 draft, its DeepSeek-V4 fallback runs first); unset is the
+      target's (vLLM fills it in only where ``model`` is left out);
     * ``kv_cache_dtype``: the draft's sliding layers share the target's
-      KV-cache layout (and the kernel reads only fp8 e4m3 or the model dtype);
+      KV-cache layout (and the kernel reads only fp8 e4m3 or the model
+      dtype); compared as stored (``fp8`` is e4m3, ``auto`` the model dtype);
     * ``draft_tensor_parallel_size``: the draft's layers shard over the
       target's tensor-parallel group whatever it says;
     * ``enforce_eager``: the V2 model runner gives the draft the target's
@@ -561,17 +563,21 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
     target = spec.target_model_config
     problems = []
     quantization = getattr(spec, "quantization", None)
-    if quantization != getattr(target, "quantization", None):
+    # Unset means the target's: vLLM copies it only where "model" is left
+    # out, and quantises the draft as the target either way.
+    if quantization is not None and quantization != target.quantization:
         problems.append(
             f"quantization={quantization!r} (the draft is quantised as the target "
-            f"is, {target.quantization!r}: use --quantization)"
+            f"is, {target.quantization!r}; --quantization sets both)"
         )
     cache_dtype = getattr(spec, "kv_cache_dtype", None)
     target_cache = getattr(vllm_config.cache_config, "cache_dtype", "auto")
-    if cache_dtype is not None and cache_dtype != target_cache:
+    if cache_dtype is not None and _cache_dtype(cache_dtype, target) != _cache_dtype(
+        target_cache, target
+    ):
         problems.append(
             f"kv_cache_dtype={cache_dtype!r} (the draft shares the target's "
-            f"KV-cache layout, {target_cache!r}: use --kv-cache-dtype)"
+            f"KV-cache layout, {target_cache!r}; --kv-cache-dtype sets both)"
         )
     tp = vllm_config.parallel_config.tensor_parallel_size
     draft_tp = getattr(spec, "draft_tensor_parallel_size", None)
@@ -584,7 +590,7 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
     if eager is not None and eager != target.enforce_eager:
         problems.append(
             f"enforce_eager={eager} (the draft runs in the target's CUDA-graph "
-            "mode: use --enforce-eager)"
+            f"mode, enforce_eager={target.enforce_eager}; --enforce-eager sets both)"
         )
     if getattr(spec, "disable_padded_drafter_batch", False):
         problems.append(
@@ -600,14 +606,22 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
     if max_len is not None and max_len != target.max_model_len:
         problems.append(
             f"max_model_len={max_len} (the draft runs to the target's "
-            f"max_model_len, {target.max_model_len}: use --max-model-len)"
+            f"max_model_len, {target.max_model_len}; --max-model-len sets both)"
         )
     if problems:
         raise ValueError(
             "--speculative-config for a Spark2_5 DSpark draft: "
             + "; ".join(problems)
-            + ". The draft takes the target's settings"
+            + ". Leave these fields out: the draft takes the target's settings"
         )
+
+
+def _cache_dtype(name: str, target: Any) -> str:
+    """A KV-cache dtype as stored: vLLM's ``fp8`` is e4m3 on NVIDIA GPUs, and
+    ``auto`` is the model's dtype."""
+    if name == "auto":
+        return str(target.dtype).removeprefix("torch.")
+    return {"fp8": "fp8_e4m3"}.get(name, name)
 
 
 def _restore_if_spark2_5(spec_config: Any) -> None:
