@@ -372,27 +372,39 @@ def test_valid_overrides_and_a_disabled_window_still_start(
         assert model_config.hf_config.max_position_embeddings == positions
 
 
-@pytest.mark.ranks(3)
+@pytest.fixture(scope="module")
+def three_kv_heads(tmp_path_factory):
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(
+        tmp_path_factory.mktemp("kv3"), num_attention_heads=6, num_key_value_heads=3
+    )
+
+
+@pytest.mark.ranks(2)
 def test_kv_heads_that_tensor_parallelism_cannot_split_are_refused_at_start_up(
-    tmp_path,
+    three_kv_heads,
 ):
     """vLLM checks only the query heads against the tensor parallel size; 3 KV
     heads on 2 ranks stopped the worker while it built the model."""
-    from vllm_spark2_5_plugin.tools.tiny_checkpoint import make_tiny_checkpoint
-
-    path = make_tiny_checkpoint(
-        tmp_path / "kv3", num_attention_heads=6, num_key_value_heads=3
-    )
     with pytest.raises(
         ValueError,
         match=r"num_key_value_heads \(3\) and the tensor parallel size \(2\) must "
         "divide one another",
     ):
-        _engine_config(path, max_model_len=256, tensor_parallel_size=2)
-    # One rank holds every head; 3 ranks hold one KV head each.
-    for tp in (1, 3):
-        config = _engine_config(path, max_model_len=256, tensor_parallel_size=tp)
-        assert config.parallel_config.tensor_parallel_size == tp
+        _engine_config(three_kv_heads, max_model_len=256, tensor_parallel_size=2)
+
+
+@pytest.mark.parametrize(
+    "tp",
+    [
+        pytest.param(1, id="tp1-every-head-on-one-rank"),
+        pytest.param(3, id="tp3-one-kv-head-per-rank", marks=pytest.mark.ranks(3)),
+    ],
+)
+def test_kv_heads_that_tensor_parallelism_splits_are_accepted(three_kv_heads, tp):
+    config = _engine_config(three_kv_heads, max_model_len=256, tensor_parallel_size=tp)
+    assert config.parallel_config.tensor_parallel_size == tp
 
 
 def _full_only_checkpoint(path):
@@ -506,6 +518,19 @@ def test_top_level_rope_aliases_are_refused_when_read_naming_the_key(
 def test_a_whole_head_rotation_under_a_top_level_alias_is_accepted(tiny_checkpoint):
     config = Spark2_5Config(**TINY_CONFIG, partial_rotary_factor=1.0, rotary_pct=1)
     assert config.rope_parameters == TINY_CONFIG["rope_parameters"]
+
+
+@pytest.mark.parametrize("rope_dim", [0, None, 32])
+def test_a_rope_dim_of_the_whole_head_is_accepted(rope_dim):
+    """vLLM's get_rope rotates the whole head for an empty rope_dim (0 or
+    null) and for head_dim itself: Spark2_5's rotation either way."""
+    import copy
+
+    fields = copy.deepcopy(TINY_CONFIG)
+    assert fields["head_dim"] == 32
+    fields["rope_parameters"]["full_attention"]["rope_dim"] = rope_dim
+    config = Spark2_5Config(**fields)
+    assert config.rope_parameters["full_attention"]["rope_dim"] == rope_dim
 
 
 YARN_4 = {"type": "yarn", "factor": 4.0}
@@ -937,6 +962,10 @@ def test_a_default_context_from_the_sliding_layers_factor_is_refused(
     assert f"vLLM derived max_model_len {derived} " in said
     assert f"scaled for {supported} positions" in said
     assert f"--max-model-len {supported}" in said
+    assert (
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or within config.json's model_max_length"
+        in said
+    )
     # The suggested length starts.
     config = _engine_config(path, **{**engine_fields, "max_model_len": supported})
     assert config.model_config.max_model_len == supported

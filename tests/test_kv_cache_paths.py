@@ -5,10 +5,11 @@
 one prefill: no prefix-cache hit, no prompt cut into chunks, no preemption.
 Here a small sliding window (8) and 32-token blocks make those paths cross
 the window: cached blocks of sliding layers reused by a later request, a
-prompt prefilled 16 tokens at a time, requests preempted and recomputed, and
-sliding blocks freed while decoding and handed to other requests. Each test
-checks that the path really ran (vLLM's own counters), then compares every
-request with the float64 reference.
+prompt prefilled 16 tokens at a time, requests preempted and recomputed
+(while sliding blocks are freed as requests decode past the window; no
+counter shows that part). vLLM's own counters show that the cache hits and
+the preemptions happened (the 16-token chunks follow from the batch's token
+limit); then every request is compared with the float64 reference.
 """
 
 import pytest

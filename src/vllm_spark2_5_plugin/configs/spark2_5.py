@@ -562,8 +562,9 @@ class Spark2_5Config(PreTrainedConfig):
                 "compute): remove it"
             )
         rope_dim = entry.get("rope_dim")
-        if rope_dim is not None and rope_dim != self.head_dim:
-            # vLLM's get_rope takes it as the rotated width, before any fraction.
+        if rope_dim and rope_dim != self.head_dim:
+            # vLLM's get_rope takes it as the rotated width, before any
+            # fraction; an empty one (None, 0) as the whole head.
             raise ValueError(
                 f"{name}['rope_dim'] = {rope_dim!r} would rotate only that many "
                 f"of each head's head_dim = {self.head_dim} dimensions; Spark2_5 "
@@ -794,8 +795,9 @@ def _check_context_length(
         f"{_limiting_layers(layer_type, window_disabled)} are scaled for "
         f"{supported} positions: another layer type's factor does not lengthen "
         f"the context. Serve with --max-model-len {supported}{instead} (or "
-        "shorter); a longer one is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, "
-        "as vLLM does for any length past the model's"
+        "shorter); a longer one is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+        "or within config.json's model_max_length, as vLLM does for any length "
+        "past the model's"
     )
 
 
