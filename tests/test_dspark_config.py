@@ -643,14 +643,16 @@ def test_hooks_are_installed_once_and_only_act_on_spark2_5_dspark(registered):
     assert not is_spark2_5_dspark(spec("eagle3", "spark2_5"))
 
 
-V1_REFUSAL = "Model Runner V1 does not support: dspark speculative decoding"
+OFF_GPU_REFUSAL = (
+    "method 'dspark' needs vLLM's GPU build on a GPU .* runs on the cpu platform"
+)
 
 
 def check_start_up(args, refusal: str) -> None:
     """``args.create_engine_config()`` refused with ``refusal``; where that is
-    the CPU build's V1 verdict (the settings passed the plugin's checks), a
+    the CPU build's last refusal (the settings passed every other check), a
     CUDA build of vLLM builds the DSpark config instead."""
-    if refusal == V1_REFUSAL and gpu_vllm_available():
+    if refusal == OFF_GPU_REFUSAL and gpu_vllm_available():
         assert args.create_engine_config().speculative_config.method == "dspark"
         return
     with pytest.raises(ValueError, match=refusal):
@@ -671,16 +673,16 @@ def check_start_up(args, refusal: str) -> None:
             {"head_dim": 80},
             r"head_dim=80: .*power of two.*all full attention",
         ),
-        # Settings the draft can run pass our check and reach vLLM's own
-        # verdict, which on its CPU build is that DSpark needs a GPU (under
+        # Settings the draft can run pass the draft's checks and reach the
+        # last one, which on vLLM's CPU build is that DSpark needs a GPU (under
         # its CUDA build they are accepted).
-        ({"dtype": "bfloat16"}, {}, V1_REFUSAL),
-        ({"dtype": "bfloat16", "kv_cache_dtype": "fp8"}, {}, V1_REFUSAL),
-        ({"dtype": "float16", "kv_cache_dtype": "fp8_e4m3"}, {}, V1_REFUSAL),
+        ({"dtype": "bfloat16"}, {}, OFF_GPU_REFUSAL),
+        ({"dtype": "bfloat16", "kv_cache_dtype": "fp8"}, {}, OFF_GPU_REFUSAL),
+        ({"dtype": "float16", "kv_cache_dtype": "fp8_e4m3"}, {}, OFF_GPU_REFUSAL),
         (
             {"dtype": "float32"},
             {"dspark_layer_types": [FULL]},  # no sliding layer, no kernel
-            V1_REFUSAL,
+            OFF_GPU_REFUSAL,
         ),
     ],
 )
@@ -714,13 +716,13 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
         ({"use_local_argmax_reduction": True}, "use_local_argmax_reduction"),
         ({"attention_backend": "FLEX_ATTENTION"}, r"attention_backend=FLEX_ATTENTION"),
         ({"max_model_len": 128}, r"max_model_len=128 .* 256; --max-model-len sets"),
-        # The target's own settings, spelled again, pass to vLLM's verdict.
-        ({"kv_cache_dtype": "auto"}, V1_REFUSAL),
-        ({"kv_cache_dtype": "bfloat16"}, V1_REFUSAL),  # what auto stores
-        ({"draft_tensor_parallel_size": 1}, V1_REFUSAL),
-        ({"enforce_eager": False}, V1_REFUSAL),
-        ({"max_model_len": 256}, V1_REFUSAL),
-        ({"attention_backend": "TRITON_ATTN"}, V1_REFUSAL),
+        # The target's own settings, spelled again, pass to the last check.
+        ({"kv_cache_dtype": "auto"}, OFF_GPU_REFUSAL),
+        ({"kv_cache_dtype": "bfloat16"}, OFF_GPU_REFUSAL),  # what auto stores
+        ({"draft_tensor_parallel_size": 1}, OFF_GPU_REFUSAL),
+        ({"enforce_eager": False}, OFF_GPU_REFUSAL),
+        ({"max_model_len": 256}, OFF_GPU_REFUSAL),
+        ({"attention_backend": "TRITON_ATTN"}, OFF_GPU_REFUSAL),
     ],
 )
 def test_draft_only_speculative_fields_are_refused_naming_them(
@@ -743,10 +745,10 @@ def test_draft_only_speculative_fields_are_refused_naming_them(
         # A quantised target with "model" naming the served checkpoint: vLLM
         # leaves the speculative quantization unset, and quantises the draft
         # as the target all the same.
-        ({"quantization": "fp8"}, {"model": "SERVED"}, V1_REFUSAL),
-        ({"quantization": "fp8"}, {"quantization": "fp8"}, V1_REFUSAL),
+        ({"quantization": "fp8"}, {"model": "SERVED"}, OFF_GPU_REFUSAL),
+        ({"quantization": "fp8"}, {"quantization": "fp8"}, OFF_GPU_REFUSAL),
         # vLLM's fp8 is e4m3 on NVIDIA GPUs: the same cache.
-        ({"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "fp8"}, V1_REFUSAL),
+        ({"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "fp8"}, OFF_GPU_REFUSAL),
         (
             {"kv_cache_dtype": "fp8_e4m3"},
             {"kv_cache_dtype": "auto"},
@@ -780,7 +782,7 @@ def test_the_draft_fields_are_compared_with_the_targets_own_settings(
 @pytest.mark.ranks(2)
 @pytest.mark.parametrize(
     ("draft_tp", "refusal"),
-    [(1, r"draft_tensor_parallel_size=1 .* parallelism, 2"), (2, V1_REFUSAL)],
+    [(1, r"draft_tensor_parallel_size=1 .* parallelism, 2"), (2, OFF_GPU_REFUSAL)],
 )
 def test_a_draft_tensor_parallelism_other_than_the_targets_is_refused(
     registered, dspark_checkpoint, draft_tp, refusal

@@ -162,8 +162,9 @@ def build_dspark_models(
         target_model_config=target_config,
         target_parallel_config=parallel,
     )
-    # VllmConfig refuses DSpark on CPU ("Model Runner V1 does not support"), so
-    # the validated speculative config is attached afterwards.
+    # VllmConfig refuses DSpark on CPU (the plugin's check, and vLLM's "Model
+    # Runner V1 does not support"), so the validated speculative config is
+    # attached afterwards.
     vllm_config = VllmConfig(model_config=target_config, parallel_config=parallel)
     vllm_config.speculative_config = spec
     assert vllm_config.scheduler_config.disable_hybrid_kv_cache_manager is False

@@ -650,11 +650,36 @@ def widen_dspark_capture_sizes(vllm_config: Any) -> None:
         init_logger("vllm.spark2_5_plugin").info("%s: %s", PLUGIN_NAME, message)
 
 
+def refuse_dspark_off_gpu(vllm_config: Any) -> None:
+    """Refuse a Spark2_5 DSpark draft where vLLM has no GPU model runner.
+
+    vLLM 0.32.0 runs DSpark only in its V2 GPU model runner; elsewhere (the
+    CPU build) it refuses with "Model Runner V1 does not support: dspark
+    speculative decoding", naming a runner the user never chose. Run after
+    the draft's own checks, so that those still name a setting the draft
+    could not run on any platform."""
+    from vllm.platforms import current_platform
+
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or not is_spark2_5_dspark(spec):
+        return
+    if current_platform.is_cuda_alike():
+        return
+    platform = getattr(current_platform, "device_type", None) or "this"
+    raise ValueError(
+        "--speculative-config method 'dspark' needs vLLM's GPU build on a GPU "
+        "(vLLM 0.32.0 runs DSpark only in its GPU model runner); this vLLM "
+        f"runs on the {platform} platform. Serve without --speculative-config "
+        "here: the target model runs alone"
+    )
+
+
 def _check_engine_config(vllm_config: Any) -> None:
     from vllm_spark2_5_plugin.configs.spark2_5 import check_target_config
 
     check_target_config(vllm_config)
     check_dspark_engine_config(vllm_config)
+    refuse_dspark_off_gpu(vllm_config)
     widen_dspark_capture_sizes(vllm_config)
 
 
@@ -665,9 +690,9 @@ def install_dspark_config_hooks() -> None:
       for Spark2_5 drafts (:func:`restore_spark2_5_draft`);
     * before ``VllmConfig`` validation: the target's config again, with
       ``--hf-overrides`` applied (``configs.spark2_5.check_target_config``),
-      then :func:`check_dspark_engine_config`, then
-      :func:`widen_dspark_capture_sizes` (before vLLM derives its default
-      capture sizes).
+      then :func:`check_dspark_engine_config` and
+      :func:`refuse_dspark_off_gpu`, then :func:`widen_dspark_capture_sizes`
+      (before vLLM derives its default capture sizes).
     """
     from vllm_spark2_5_plugin import vllm_seam
 
