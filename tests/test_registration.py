@@ -208,6 +208,36 @@ del SpeculativeConfig.update_arch_  # as if a release renamed it
     assert "differs from the one the plugin was written for in 1 place" in log
 
 
+def test_after_a_failed_registration_a_checkpoint_is_refused_naming_the_plugin(
+    tiny_checkpoint,
+):
+    """vLLM's last word was Transformers' "does not recognize this
+    architecture ... pip install --upgrade transformers", which cannot help;
+    the plugin's error was screens above it."""
+    lines, log = load(
+        before="""
+import vllm
+vllm.__version__ = '0.33.1'
+from vllm.config.speculative import SpeculativeConfig
+del SpeculativeConfig.update_arch_
+""",
+        after=f"""
+from vllm.engine.arg_utils import EngineArgs
+try:
+    EngineArgs(model={str(tiny_checkpoint)!r}, max_model_len=128).create_engine_config()
+except Exception as error:
+    print("REFUSED", " ".join(str(error).split()))
+""",
+    )
+    refused = lines["REFUSED"]
+    assert (
+        "vllm-spark2_5-plugin could not register with this vLLM (0.33.1), so it "
+        "cannot load Spark2_5 checkpoints: VllmSeamError: " in refused
+    )
+    assert "Install vllm==0.32.0" in refused
+    assert "upgrade transformers" not in refused
+
+
 @pytest.mark.parametrize("trust_remote_code", [False, True])
 @pytest.mark.parametrize("with_auto_map", [False, True])
 def test_config_loads_without_remote_code(

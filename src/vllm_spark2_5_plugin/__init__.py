@@ -10,6 +10,7 @@ imports neither vLLM nor torch: everything is registered by lazy
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from vllm_spark2_5_plugin.names import (
@@ -175,7 +176,7 @@ def register() -> None:
     try:
         _register()
         _registered = True
-    except Exception:  # noqa: BLE001 - a plugin must not take vLLM down
+    except Exception as error:  # noqa: BLE001 - a plugin must not take vLLM down
         try:
             _logger().exception(
                 "%s: registration failed; Spark2_5 models will not be available. "
@@ -189,3 +190,45 @@ def register() -> None:
             logging.getLogger(__name__).exception(
                 "%s: registration failed", PLUGIN_NAME
             )
+        # Best effort: the log above says why in any case.
+        with contextlib.suppress(Exception):
+            _refuse_spark2_5_checkpoints(error)
+
+
+def _refuse_spark2_5_checkpoints(error: Exception) -> None:
+    """After a failed registration, make loading a Spark2_5 checkpoint fail
+    naming this plugin's error.
+
+    Without a config class for ``model_type: spark2_5``, vLLM's last word
+    (printed twice, after its retry) is Transformers' "does not recognize
+    this architecture ... pip install --upgrade transformers", which cannot
+    help; the plugin's own error is screens above it. A config class that
+    refuses to be built carries the cause into vLLM's error instead. Nothing
+    is replaced where another package registered the model type."""
+    import vllm
+    from transformers import PretrainedConfig
+
+    from vllm_spark2_5_plugin import vllm_seam
+
+    if vllm_seam.registered_config_class(MODEL_TYPE) is not None:
+        return
+    cause = str(error).strip().splitlines()
+    message = (
+        f"{PLUGIN_NAME} could not register with this vLLM ({vllm.__version__}), "
+        f"so it cannot load Spark2_5 checkpoints: {type(error).__name__}"
+        + (f": {cause[0]}" if cause else "")
+        + f". Install vllm=={TESTED_VLLM} in this environment, or a plugin "
+        "release made for your vLLM; the log above has the whole error"
+    )
+
+    class Spark2_5Unavailable(PretrainedConfig):
+        model_type = MODEL_TYPE
+
+        def __init__(self, **kwargs: object) -> None:
+            raise ValueError(message)
+
+        @classmethod
+        def from_pretrained(cls, *args: object, **kwargs: object) -> None:
+            raise ValueError(message)
+
+    vllm_seam.register_config_class(MODEL_TYPE, Spark2_5Unavailable)
