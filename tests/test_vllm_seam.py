@@ -107,6 +107,7 @@ BREAKAGES = {
         "vllm.tool_parsers.ToolParser.get_remaining_unstreamed_args",
         None,
     ),
+    "llm_shutdown": ("vllm.v1.engine.core_client.EngineCoreClient.shutdown", None),
     "responses_split_delta": (
         "vllm.entrypoints.openai.responses.serving.split_delta",
         lambda delta: [delta],

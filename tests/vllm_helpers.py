@@ -42,12 +42,14 @@ def llm_engine(model: str | Path, **llm_kwargs):
     from vllm import LLM
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
+    from vllm_spark2_5_plugin import vllm_seam
+
     gc.collect()
     llm = LLM(str(model), **llm_kwargs)
     try:
         yield llm
     finally:
-        llm.llm_engine.engine_core.shutdown()
+        vllm_seam.shutdown_llm(llm)
         del llm
         gc.collect()
         cleanup_dist_env_and_memory()

@@ -79,12 +79,19 @@ def _model_problem(path: Path) -> str | None:
 def _generate(model: str, prompt: str, max_tokens: int) -> None:
     from vllm import LLM, SamplingParams
 
+    from vllm_spark2_5_plugin.vllm_seam import shutdown_llm
+
     llm = LLM(model, dtype="float32", enforce_eager=True, max_model_len=512, seed=0)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    completion = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
-    chat = llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)
-    reply = chat[0].outputs[0]
-    arch = llm.llm_engine.model_config.architecture
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        completion = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+        chat = llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)
+        reply = chat[0].outputs[0]
+        arch = llm.llm_engine.model_config.architecture
+    finally:
+        # Stopped here, not at interpreter exit, where vLLM force-kills its
+        # engine process with a warning.
+        shutdown_llm(llm)
     print(f"architecture: {arch}")
     print(f"prompt:       {prompt!r}")
     print(f"generate():   {len(completion.token_ids)} tokens {completion.text!r}")

@@ -25,10 +25,13 @@ Everything beyond that lives here, one function per assumption:
   model module), and the choice of a ``CustomOp``'s kernel (the draft, which
   is not compiled, runs vLLM's fused kernels);
 * two rules of the hybrid KV-cache manager, mirrored as arithmetic: the size
-  of a KV-cache group and the blocks a sliding-window group frees.
+  of a KV-cache group and the blocks a sliding-window group frees;
+* an offline ``LLM``'s shutdown, which it has no public method for (the
+  demo tool ends its engine with it).
 
 The package has one module per area (``registries``, ``config_hooks``,
-``attention``, ``dspark``, ``kv_cache``, ``responses``) and ``hooks`` for the
+``attention``, ``dspark``, ``kv_cache``, ``responses``, ``engine``) and
+``hooks`` for the
 checking machinery; callers import this package and use the names it
 re-exports.
 
@@ -60,6 +63,7 @@ from vllm_spark2_5_plugin.vllm_seam.dspark import (
     dspark_heads,
     use_platform_kernels,
 )
+from vllm_spark2_5_plugin.vllm_seam.engine import shutdown_llm
 from vllm_spark2_5_plugin.vllm_seam.hooks import (
     HOOK_POINTS,
     HookPoint,
@@ -103,6 +107,7 @@ __all__ = [
     "registered_model_module",
     "registered_tool_parser_module",
     "require_hook_points",
+    "shutdown_llm",
     "sliding_window_freed_blocks",
     "split_kv_cache",
     "use_platform_kernels",
