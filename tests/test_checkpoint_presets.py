@@ -397,6 +397,18 @@ def test_a_dspark_prefix_means_a_draft_under_that_prefix(tmp_path: Path, capsys)
     assert not (tmp_path / "m").exists()
 
 
+def test_the_tiny_maker_says_which_dtype_to_serve_float32_weights_with(
+    tmp_path: Path, capsys
+):
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    main([str(tmp_path / "f32")])
+    assert "serve it with --dtype float32" in capsys.readouterr().out
+    main([str(tmp_path / "bf16"), "--dtype", "bfloat16"])
+    out = capsys.readouterr().out
+    assert "wrote a tiny Spark2_5 checkpoint" in out and "--dtype" not in out
+
+
 @pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 10**23])
 @pytest.mark.parametrize("preset", [[], ["--preset", "mini"]], ids=["tiny", "mini"])
 def test_a_seed_torch_cannot_take_is_refused_before_anything_is_written(

@@ -566,6 +566,11 @@ def main(argv: list[str] | None = None) -> None:
             f"could not write the checkpoint to {args.path}: {exc}"
         ) from None
     print(f"wrote a tiny Spark2_5 checkpoint to {out}")
+    if args.dtype == "float32":
+        print(
+            "its weights are float32: serve it with --dtype float32 (vLLM's "
+            "default, bfloat16, converts each tensor with a warning)"
+        )
 
 
 if __name__ == "__main__":
