@@ -212,6 +212,18 @@ def test_command_line_preset_through_the_tiny_makers_command(tmp_path: Path):
     assert parameter_count(raw)["draft"] == 0
 
 
+def test_the_tiny_makers_preset_names_its_choices_and_itself(tmp_path: Path, capsys):
+    """An unknown preset was reported with the other command's usage, under
+    this command's name, without the choices."""
+    from vllm_spark2_5_plugin.tools.tiny_checkpoint import main
+
+    said = _refused(capsys, main, [str(tmp_path / "x"), "--preset", "huge"])
+    assert "invalid choice: 'huge' (choose from 'mini', 'small')" in said
+    said = _refused(capsys, main, [str(tmp_path / "x"), "--preset", "mini", "--x"])
+    assert " --preset NAME: error: unrecognized arguments: --x" in said
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("preset", [[], ["--preset", "mini"]], ids=["tiny", "mini"])
 def test_makers_never_replace_a_directory_unasked(tmp_path: Path, capsys, preset):
     """``spark2_5-make-tiny-checkpoint /path/to/a/real/model`` used to write

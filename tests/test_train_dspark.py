@@ -743,6 +743,19 @@ def test_trainer_refuses_bad_input_before_any_work(
         assert not dst.exists() or not any(dst.iterdir())
 
 
+def test_trainer_names_a_missing_input_before_a_non_empty_output(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The input is the first thing to fix: fixing the output first only led
+    to the next refusal."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "kept.txt").write_text("an earlier run")
+    said = _refusal(capsys, lambda: train([str(tmp_path / "missing"), str(dst)]))
+    assert "missing is not a checkpoint directory" in said, said
+
+
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("where", ["output", "parent"])
 def test_trainer_refuses_an_output_that_is_a_file(
@@ -798,6 +811,19 @@ def test_trainer_refuses_a_save_sequences_path_it_would_lose(
     assert sequences.read_text() == text
     assert other.read_text() == "my notes"
     assert {f.name: f.read_bytes() for f in src.iterdir()} == before
+
+
+def test_generating_the_training_sequences_is_announced(tiny, capsys) -> None:
+    """The trainer's first output could be minutes away (with --steps 0, its
+    only output the report at the end): a line on stderr says what runs."""
+    from vllm_spark2_5_plugin.tools.dspark_data import target_and_sequences
+
+    _, prompt_len, seqs = target_and_sequences(
+        tiny, 2, 4, 3, 0, "reference", torch.float32, "cpu"
+    )
+    assert len(seqs) == 2 and all(len(s) == prompt_len + 3 for s in seqs)
+    err = capsys.readouterr().err
+    assert "generating 2 greedy continuations of 3 tokens with the reference" in err
 
 
 def test_trainer_saves_sequences_to_a_new_file_only(tmp_path) -> None:

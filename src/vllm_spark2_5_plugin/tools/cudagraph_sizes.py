@@ -33,9 +33,23 @@ from vllm_spark2_5_plugin.configs.cudagraph import compilation_config
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-speculative-tokens", type=int, required=True)
-    parser.add_argument("--max-num-seqs", type=int, required=True)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0].removesuffix(".")
+        + ": prints the vllm serve flags that set them",
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        required=True,
+        help="K, the draft's block size (the checkpoint's dspark_block_size)",
+    )
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        required=True,
+        help="the most requests the server runs at once (vllm serve --max-num-seqs)",
+    )
     args = parser.parse_args(argv)
     try:
         config = compilation_config(args.num_speculative_tokens, args.max_num_seqs)

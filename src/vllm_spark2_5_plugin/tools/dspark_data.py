@@ -408,6 +408,13 @@ def target_and_sequences(
         raw = with_config_defaults(json.loads((path / "config.json").read_text()))
         vocab = raw["vocab_size"]
         prompts = random_prompts(prompt_token_pool(path, vocab), num, prompt_len, seed)
+        # The first output can be minutes away: say what is running.
+        print(
+            f"generating {num} greedy continuations of {gen_len} tokens with "
+            f"the {'vLLM engine' if continuations == 'vllm' else 'reference'}...",
+            file=sys.stderr,
+            flush=True,
+        )
         if continuations == "vllm":
             conts = greedy_continuations(
                 path,

@@ -561,9 +561,11 @@ def _branch_scale_arg(value: str) -> float | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """The command; ``prog`` names it in usage and errors (another command
+    that hands its ``--preset`` here names itself)."""
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], allow_abbrev=False
+        prog=prog, description=__doc__.splitlines()[0], allow_abbrev=False
     )
     add_checkpoint_arguments(parser, default_dtype="bfloat16")
     parser.add_argument(

@@ -521,8 +521,11 @@ def refuse_non_empty(
 
 
 def main(argv: list[str] | None = None) -> None:
+    from vllm_spark2_5_plugin.tools import make_checkpoint
+
+    presets = sorted(make_checkpoint.PRESETS)
     preset = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    preset.add_argument("--preset")
+    preset.add_argument("--preset", choices=presets)
     preset.add_argument("--dspark", action="store_true")
     known, _ = preset.parse_known_args(argv)
     if known.preset is not None:
@@ -531,17 +534,17 @@ def main(argv: list[str] | None = None) -> None:
                 "--dspark does not combine with --preset: a preset checkpoint has "
                 "its draft unless --no-dspark is given"
             )
-        # A named larger shape: its own options (see make_checkpoint --help).
-        from vllm_spark2_5_plugin.tools import make_checkpoint
-
-        make_checkpoint.main(argv)
+        # A named larger shape: its own options (`--preset NAME --help`).
+        make_checkpoint.main(argv, prog=f"{preset.prog} --preset NAME")
         return
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], allow_abbrev=False
     )
     parser.add_argument(
         "--preset",
-        help="write a larger named shape instead (see make_checkpoint --help)",
+        choices=presets,
+        help="write a larger named shape instead, with its own options "
+        "(--preset NAME --help lists them)",
     )
     add_checkpoint_arguments(parser, default_dtype="float32")
     parser.add_argument(

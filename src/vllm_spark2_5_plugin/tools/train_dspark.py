@@ -292,21 +292,22 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     if dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents:
         # --overwrite would delete the input; a copy into itself never ends.
         parser.error("the output directory must not contain or be inside the input")
-    # Where the output goes is checked first; what --overwrite would delete
+    # The target's fields as vLLM reads them (a field of the wrong type used
+    # to end in a traceback from the draft config); a checkpoint the
+    # references would read wrongly (quantized, say); then every target
+    # tensor the run reads, from the shard headers. All before anything
+    # below reads them, before --overwrite deletes anything, and before the
+    # output is looked at (a missing input is the first thing to fix).
+    try:
+        raw, config = read_target_input(src)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # Where the output goes is checked next; what --overwrite would delete
     # there (only an earlier checkpoint), just before deleting it below.
     problem = output_location_problem(dst, args.overwrite)
     if problem is not None:
         parser.error(problem)
     replace_output = dst.exists() and any(dst.iterdir())
-    # The target's fields as vLLM reads them (a field of the wrong type used
-    # to end in a traceback from the draft config); a checkpoint the
-    # references would read wrongly (quantized, say); then every target
-    # tensor the run reads, from the shard headers. All before anything
-    # below reads them, and before --overwrite deletes anything.
-    try:
-        raw, config = read_target_input(src)
-    except ValueError as exc:
-        parser.error(str(exc))
     shape = dict(
         block_size=args.block_size,
         markov_rank=args.markov_rank,
