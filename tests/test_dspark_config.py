@@ -659,6 +659,22 @@ def check_start_up(args, refusal: str) -> None:
         args.create_engine_config()
 
 
+def dspark_engine_args(checkpoint, spec_fields=(), **engine_fields):
+    """``EngineArgs`` of a bf16 target with its DSpark draft (K = 4) and the
+    given ``--speculative-config`` and engine fields."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(
+        model=str(checkpoint),
+        **{"dtype": "bfloat16", "max_model_len": 256} | engine_fields,
+        speculative_config={
+            "method": "dspark",
+            "num_speculative_tokens": 4,
+            **dict(spec_fields),
+        },
+    )
+
+
 @pytest.mark.parametrize(
     ("engine_fields", "config_changes", "refusal"),
     [
@@ -690,16 +706,8 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
     registered, dspark_checkpoint, tmp_path, engine_fields, config_changes, refusal
 ):
     """Refused while vLLM builds its config, before any process or weight."""
-    from vllm.engine.arg_utils import EngineArgs
-
     path = variant(dspark_checkpoint, tmp_path, **config_changes)
-    args = EngineArgs(
-        model=str(path),
-        max_model_len=256,
-        speculative_config={"method": "dspark", "num_speculative_tokens": 4},
-        **engine_fields,
-    )
-    check_start_up(args, refusal)
+    check_start_up(dspark_engine_args(path, **engine_fields), refusal)
 
 
 @pytest.mark.parametrize(
@@ -728,15 +736,7 @@ def test_settings_the_draft_cannot_run_are_refused_at_start_up(
 def test_draft_only_speculative_fields_are_refused_naming_them(
     registered, dspark_checkpoint, fields, refusal
 ):
-    from vllm.engine.arg_utils import EngineArgs
-
-    args = EngineArgs(
-        model=str(dspark_checkpoint),
-        dtype="bfloat16",
-        max_model_len=256,
-        speculative_config={"method": "dspark", "num_speculative_tokens": 4, **fields},
-    )
-    check_start_up(args, refusal)
+    check_start_up(dspark_engine_args(dspark_checkpoint, fields), refusal)
 
 
 @pytest.mark.parametrize(
@@ -765,17 +765,9 @@ def test_draft_only_speculative_fields_are_refused_naming_them(
 def test_the_draft_fields_are_compared_with_the_targets_own_settings(
     registered, dspark_checkpoint, engine_fields, fields, refusal
 ):
-    from vllm.engine.arg_utils import EngineArgs
-
     if fields.get("model") == "SERVED":
         fields = {**fields, "model": str(dspark_checkpoint)}
-    args = EngineArgs(
-        model=str(dspark_checkpoint),
-        dtype="bfloat16",
-        max_model_len=256,
-        speculative_config={"method": "dspark", "num_speculative_tokens": 4, **fields},
-        **engine_fields,
-    )
+    args = dspark_engine_args(dspark_checkpoint, fields, **engine_fields)
     check_start_up(args, refusal)
 
 
@@ -789,19 +781,8 @@ def test_a_draft_tensor_parallelism_other_than_the_targets_is_refused(
 ):
     """vLLM accepts 1 beside TP 2; the draft's layers shard over the target's
     group anyway (a config only: no worker starts)."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    args = EngineArgs(
-        model=str(dspark_checkpoint),
-        dtype="bfloat16",
-        max_model_len=256,
-        tensor_parallel_size=2,
-        speculative_config={
-            "method": "dspark",
-            "num_speculative_tokens": 4,
-            "draft_tensor_parallel_size": draft_tp,
-        },
-    )
+    spec_fields = {"draft_tensor_parallel_size": draft_tp}
+    args = dspark_engine_args(dspark_checkpoint, spec_fields, tensor_parallel_size=2)
     check_start_up(args, refusal)
 
 
