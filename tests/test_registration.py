@@ -227,9 +227,16 @@ try:
     EngineArgs(model={str(tiny_checkpoint)!r}, max_model_len=128).create_engine_config()
 except Exception as error:
     print("REFUSED", " ".join(str(error).split()))
+SpeculativeConfig.update_arch_ = lambda self: None
+vllm.__version__ = '0.32.0'
+import vllm_spark2_5_plugin
+vllm_spark2_5_plugin.register()
+print("RETRIED", _CONFIG_REGISTRY["spark2_5"].__module__)
 """,
     )
     refused = lines["REFUSED"]
+    # A later attempt that succeeds (the internal back) replaces the stand-in.
+    assert lines["RETRIED"] == "vllm_spark2_5_plugin.configs.spark2_5", log[-3000:]
     assert (
         "vllm-spark2_5-plugin could not register with this vLLM (0.33.1), so it "
         "cannot load Spark2_5 checkpoints: VllmSeamError: " in refused

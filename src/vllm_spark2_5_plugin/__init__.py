@@ -140,7 +140,10 @@ def _register() -> None:
     from vllm_spark2_5_plugin.configs.spark2_5 import Spark2_5Config
 
     existing = vllm_seam.registered_config_class(MODEL_TYPE)
-    if override or existing is None or existing is Spark2_5Config:
+    # (An earlier failed attempt in this process may have left its refusing
+    # stand-in, see _refuse_spark2_5_checkpoints.)
+    ours = existing is Spark2_5Config or getattr(existing, "unavailable", False)
+    if override or existing is None or ours:
         vllm_seam.register_config_class(MODEL_TYPE, Spark2_5Config)
 
     if override:
@@ -223,6 +226,7 @@ def _refuse_spark2_5_checkpoints(error: Exception) -> None:
 
     class Spark2_5Unavailable(PretrainedConfig):
         model_type = MODEL_TYPE
+        unavailable = True
 
         def __init__(self, **kwargs: object) -> None:
             raise ValueError(message)
