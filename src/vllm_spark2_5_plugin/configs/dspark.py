@@ -619,9 +619,11 @@ def refuse_draft_only_settings(spec: Any, vllm_config: Any) -> None:
 def _cache_dtype(name: str, target: Any) -> str:
     """A KV-cache dtype as stored: vLLM's ``fp8`` is e4m3 on NVIDIA GPUs, and
     ``auto`` is the model's dtype."""
+    from vllm_spark2_5_plugin.ops.limits import FP8_KV_CACHE_DTYPES
+
     if name == "auto":
         return str(target.dtype).removeprefix("torch.")
-    return {"fp8": "fp8_e4m3"}.get(name, name)
+    return "fp8_e4m3" if name in FP8_KV_CACHE_DTYPES else name  # one cache
 
 
 def _restore_if_spark2_5(spec_config: Any) -> None:
