@@ -111,7 +111,15 @@ def test_round_trip_through_config_json(tmp_path):
         ({"intermediate_size": None}, "intermediate_size"),
         ({"hidden_act": "silu"}, "hidden_act"),
         ({"rms_norm_eps": 0}, "rms_norm_eps"),
+        # JSON's Infinity (or 1e999) reads as inf: the norms would output zeros.
+        ({"rms_norm_eps": float("inf")}, "rms_norm_eps must be a finite positive"),
         ({"rope_parameters": {"full_attention": {"rope_theta": -1.0}}}, "rope_theta"),
+        # An infinite base stops the rotation; NaN is no number above 0.
+        (
+            {"rope_parameters": {"full_attention": {"rope_theta": float("inf")}}},
+            r"\['rope_theta'\] must be a finite positive number, got inf",
+        ),
+        ({"rope_parameters": {"rope_theta": float("nan")}}, "got nan"),
         ({"rope_parameters": "default"}, "rope_parameters"),
         (
             {"rope_parameters": {"full_attention": {}, "rope_theta": 1.0}},
@@ -164,7 +172,7 @@ def test_round_trip_through_config_json(tmp_path):
         ),
         (
             {"rope_parameters": {"rope_type": "yarn", "factor": -2.0}},
-            r"\['factor'\] must be a positive number, got -2.0",
+            r"\['factor'\] must be a finite positive number, got -2.0",
         ),
         (
             {
@@ -175,7 +183,18 @@ def test_round_trip_through_config_json(tmp_path):
                     "original_max_position_embeddings": 4096,
                 }
             },
-            r"\['short_factor'\] must be a list of 64 positive numbers",
+            r"\['short_factor'\] must be a list of 64 finite positive numbers",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0] * 64,
+                    "long_factor": [1.0] * 63 + [float("inf")],
+                    "original_max_position_embeddings": 4096,
+                }
+            },
+            r"\['long_factor'\] must be a list of 64 finite positive numbers",
         ),
         (
             {

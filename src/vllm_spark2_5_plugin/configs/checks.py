@@ -7,6 +7,7 @@ Each raises ``ValueError`` naming the field and the value it got, so a bad
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from vllm_spark2_5_plugin.names import LAYER_TYPES
@@ -35,13 +36,19 @@ def require_token_id(name: str, value: Any, vocab_size: int, why: str = "") -> N
 
 
 def is_positive_number(value: Any) -> bool:
-    """An int or float above 0 (a ``bool`` is not a number here)."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
+    """A finite int or float above 0 (a ``bool`` is not a number here; JSON's
+    ``Infinity`` or ``1e999`` reads as an infinite float)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and value > 0
+        and math.isfinite(value)
+    )
 
 
 def require_positive_number(name: str, value: Any) -> None:
     if not is_positive_number(value):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
 def require_bool(name: str, value: Any) -> None:

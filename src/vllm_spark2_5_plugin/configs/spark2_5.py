@@ -610,7 +610,7 @@ class Spark2_5Config(PreTrainedConfig):
             or not all(is_positive_number(v) for v in value)
         ):
             raise ValueError(
-                f"{field} must be a list of {pairs} positive numbers (one per "
+                f"{field} must be a list of {pairs} finite positive numbers (one per "
                 f"rotated pair of dimensions), got {value!r}"
             )
 
