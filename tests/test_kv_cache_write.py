@@ -402,6 +402,12 @@ if not _IN_CHILD:
         ),
         "v_scale_two": (_fp8(v_scale=torch.ones(2)), ValueError, "v_scale must hold"),
         "k_scale_negative": (_fp8(k_scale=-1.0), ValueError, "k_scale must be finite"),
+        # The attention kernels refuse it too: one check for both.
+        "k_scale_below_float32": (
+            _fp8(k_scale=1e-50),
+            ValueError,
+            "k_scale must be finite and positive in float32 .* holds as 0.0",
+        ),
         "k_scale_str": (_fp8(k_scale="1"), TypeError, "k_scale must be a float32"),
         "scale_without_fp8": (_bad(v_scale=1.0), TypeError, "v_scale is only for"),
         "slots_other_device": (

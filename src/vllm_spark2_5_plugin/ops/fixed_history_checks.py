@@ -222,10 +222,14 @@ def check_kv_dtypes(q, k_cache, v_cache, k_scale, v_scale):
                     f"{k_cache.dtype} caches pass {name}=None"
                 )
         return None
-    return tuple(_check_scale(name, s, q.device) for name, s in scales)
+    return tuple(check_cache_scale(name, s, q.device, "q") for name, s in scales)
 
 
-def _check_scale(name, s, device):
+def check_cache_scale(name: str, s, device: torch.device, beside: str):
+    """An fp8 cache's ``k_scale``/``v_scale``: a float32 tensor of one element
+    on ``device`` (that of the tensor named ``beside``), or a Python float;
+    positive and finite in float32. The attention kernels and the KV-cache
+    writer share it, so a scale one accepts the other does too."""
     if s is None:
         raise TypeError(
             f"{name} is required with torch.{FP8_CACHE_DTYPE} caches: pass the "
@@ -245,7 +249,8 @@ def _check_scale(name, s, device):
             )
         if s.device != device:
             raise ValueError(
-                f"{name} is on {s.device} but q is on {device}; move it to q's device"
+                f"{name} is on {s.device} but {beside} is on {device}; move it to "
+                f"{beside}'s device"
             )
         return s
     if isinstance(s, bool) or not isinstance(s, numbers.Real):

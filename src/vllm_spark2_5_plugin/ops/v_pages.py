@@ -24,12 +24,12 @@ arguments. Only torch is imported.
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 
-from vllm_spark2_5_plugin.ops.fixed_history_checks import FP8_CACHE_TORCH_DTYPE
+from vllm_spark2_5_plugin.ops.fixed_history_checks import (
+    FP8_CACHE_TORCH_DTYPE,
+    check_cache_scale,
+)
 
 #: The page size and head dim that "V pages transposed" supports.
 V_PAGE_SIZE = 16
@@ -81,31 +81,6 @@ def gather_v_rows(
     return _v_columns(v_cache)[pages, :, :, :, cols].transpose(1, 2).flatten(2)
 
 
-def _check_scale(name: str, s, device: torch.device):
-    if s is None:
-        raise TypeError(
-            f"{name} is required with torch.float8_e4m3fn caches: a float32 tensor "
-            "with one element (the layer's _k_scale/_v_scale) or a Python float"
-        )
-    if isinstance(s, torch.Tensor):
-        if s.dtype != torch.float32:
-            raise TypeError(f"{name} must be a float32 tensor, got dtype {s.dtype}")
-        if s.numel() != 1:
-            raise ValueError(
-                f"{name} must hold one element, got shape {tuple(s.shape)}"
-            )
-        if s.device != device:
-            raise ValueError(f"{name} is on {s.device} but the caches on {device}")
-        return s
-    if isinstance(s, bool) or not isinstance(s, numbers.Real):
-        raise TypeError(
-            f"{name} must be a float32 tensor or a Python float, got {type(s).__name__}"
-        )
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"{name} must be finite and positive, got {s}")
-    return float(s)
-
-
 def check_kv_write(
     key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale, v_pages_transposed
 ):
@@ -144,7 +119,7 @@ def check_kv_write(
     scales = None
     if k_cache.dtype == fp8:
         scales = tuple(
-            _check_scale(name, s, k_cache.device)
+            check_cache_scale(name, s, k_cache.device, "k_cache")
             for name, s in (("k_scale", k_scale), ("v_scale", v_scale))
         )
     else:
