@@ -512,6 +512,29 @@ def test_a_malformed_draft_field_is_reported_as_given(
     assert re.search(rf"/config\.json: {message}", said), said
 
 
+@pytest.mark.parametrize("tokenizer", ["broken", "absent"])
+def test_no_noise_token_says_why_the_tokenizer_gave_none(
+    tmp_path, tiny, tokenizer, monkeypatch, capsys
+) -> None:
+    """Without ``dspark_noise_token_id`` the trainer takes the tokenizer's
+    mask token; where the tokenizer does not load, the refusal says why as
+    well as naming ``--noise-token-id``."""
+    monkeypatch.setattr(train_dspark, "target_and_sequences", _no_work)
+    src = _edited(tiny, tmp_path / "no-noise", dspark_noise_token_id=None)
+    if tokenizer == "broken":
+        (src / "tokenizer.json").write_text('{"model": ')
+    else:
+        (src / "tokenizer.json").unlink()
+        (src / "tokenizer_config.json").unlink()
+    said = _trainer_keeps_the_earlier_checkpoint(tmp_path, capsys, src)
+    assert "dspark_noise_token_id (alias mask_token_id) is missing" in said, said
+    assert "(its tokenizer did not load: " in said, said
+    if tokenizer == "broken":
+        assert "JSONDecodeError" in said, said
+    assert said.endswith("or --noise-token-id"), said
+    assert "\n" not in said
+
+
 @pytest.fixture(scope="module")
 def default_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny checkpoint of Spark2_5Config's default vocabulary whose

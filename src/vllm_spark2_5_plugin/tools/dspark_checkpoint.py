@@ -326,13 +326,19 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def noise_token_id(path: Path) -> int | None:
-    """The tokenizer's mask token (or ``<|mask|>``), the default noise token."""
+def noise_token_id(path: Path) -> tuple[int | None, str | None]:
+    """The tokenizer's mask token (or ``<|mask|>``), the default noise token,
+    as ``(id, None)``; ``(None, why)`` where the tokenizer has none or does
+    not load (Transformers raises plain ``ValueError``/``OSError`` for a
+    missing or a broken tokenizer alike, so ``why`` carries its message)."""
     try:
         tok = load_tokenizer(path)
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception as exc:  # noqa: BLE001
+        why = " ".join(str(exc).split())
+        return None, f"its tokenizer did not load: {type(exc).__name__}: {why}"
     if tok.mask_token_id is not None:
-        return tok.mask_token_id
+        return tok.mask_token_id, None
     ids = tok.convert_tokens_to_ids(["<|mask|>"])
-    return ids[0] if ids[0] != tok.unk_token_id and ids[0] is not None else None
+    if ids[0] is None or ids[0] == tok.unk_token_id:
+        return None, "its tokenizer has no mask token and no <|mask|>"
+    return ids[0], None

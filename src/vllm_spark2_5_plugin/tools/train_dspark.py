@@ -326,8 +326,10 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
         "checkpoint" if prefix_in and not shape_given else "random"
     )
     cfg = DraftConfig.from_config(raw, noise_token_id=args.noise_token_id, **shape)
+    no_default_noise = None
     if cfg.noise_token_id is None:
-        cfg = replace(cfg, noise_token_id=noise_token_id(src))
+        default, no_default_noise = noise_token_id(src)
+        cfg = replace(cfg, noise_token_id=default)
     if init == "checkpoint" and prefix_in is None:
         parser.error(
             f"--init-draft checkpoint: {src} has no draft tensors; use "
@@ -338,6 +340,9 @@ def train(argv: list[str] | None = None) -> dict[str, Any]:
     except (ValueError, TypeError) as exc:
         # Only the dspark_* fields (of config.json or the options) are left
         # to fail here: the target's passed checked_config above.
+        if no_default_noise and cfg.noise_token_id is None:
+            # The reason the tokenizer gave no default (a broken file, say).
+            exc = f"{exc} ({no_default_noise[:300]})"
         parser.error(
             f"the draft's settings cannot be served: {exc}. Set them with "
             "--block-size, --markov-rank, --target-layer-ids, --markov-head-type, "
