@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Chat history the Spark2_5 template cannot render faithfully is refused.
 
-A message of a role the template does not render would be left out of the
-prompt; :func:`refuse_unrenderable_roles` answers 400 naming it.
+A message of a role the template does not render is refused before any
+template runs: :func:`refuse_unrenderable_roles` answers 400 naming it (the
+bundled template refuses it too where it is rendered without vLLM; a template
+that only skips unknown roles would leave the message out of the prompt).
 
 The template writes an assistant's earlier tool call as ``<arg_key>`` /
 ``<arg_value>`` pairs, so its ``arguments`` must be a JSON object. vLLM 0.32.0
@@ -85,15 +87,15 @@ RENDERED_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 def refuse_unrenderable_roles(messages: Sequence[Any]) -> None:
     """Raise ``VLLMValidationError`` (HTTP 400) for the first message whose
-    role the template does not render: it would leave the message out of the
-    prompt without a word."""
+    role the Spark2_5 template does not render, naming the message and the
+    roles it does."""
     for index, message in enumerate(messages):
         role = _get(message, "role")
         if role not in RENDERED_ROLES:
             raise VLLMValidationError(
                 f"message {index}: role {role!r} is not one the Spark2_5 chat "
-                f"template renders ({', '.join(RENDERED_ROLES)}); it would be "
-                "left out of the prompt",
+                f"template renders ({', '.join(RENDERED_ROLES)}); send it as "
+                "one of these",
                 parameter="messages",
             )
 

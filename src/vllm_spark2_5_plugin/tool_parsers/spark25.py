@@ -7,8 +7,9 @@ only turns scanner events into vLLM's messages. The
 parser is hand-written rather than built on vLLM's declarative parser engine
 (the one behind the GLM-4.7 ``glm47`` parser) because
 
-* one scanner serves streaming and non-streaming, so the two cannot disagree
-  on content or calls;
+* one scanner serves streaming and non-streaming, so the two give the same
+  content and the same completed calls (a call abandoned after its name was
+  streamed stays in the stream, which cannot take a delta back);
 * each call's argument fragments concatenate to exactly the non-streaming
   arguments string under any chunking (one JSON writer for both modes);
 * it is cheaper: on CPU, 8-21x less time than ``glm47`` non-streaming and

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The main job: write a tiny Spark2_5 checkpoint and generate with real vLLM.
+"""Write a tiny Spark2_5 checkpoint (or take one) and generate from it with vLLM.
 
     python -m vllm_spark2_5_plugin.tools.demo [--model DIR] [--prompt TEXT]
         [--max-tokens N]
