@@ -701,7 +701,7 @@ def test_markov_state_restarts_at_every_draft_step(built: Built):
         with torch.inference_mode():
             continued = built.draft.markov_embed(torch.tensor([11], dtype=torch.int32))
         assert not torch.allclose(continued, carried[1][:, 0])
-        built.draft.reset_markov_state()
+        built.draft.model.markov_head.reset_state()
         with torch.inference_mode():
             fresh = built.draft.markov_embed(torch.tensor([11], dtype=torch.int32))
         torch.testing.assert_close(fresh, carried[1][:, 0])

@@ -320,10 +320,6 @@ class Spark2_5DSparkForCausalLM(nn.Module):
     def markov_bias(self, markov_embed: torch.Tensor) -> torch.Tensor:
         return self.model.markov_head.bias(markov_embed, self.logits_processor)
 
-    def reset_markov_state(self) -> None:
-        """Start a new sequence of ``markov_embed`` calls (forward does this)."""
-        self.model.markov_head.reset_state()
-
     def compute_confidence(
         self, head_hidden: torch.Tensor, markov_embed: torch.Tensor
     ) -> torch.Tensor:

@@ -59,7 +59,6 @@ from vllm_spark2_5_plugin.vllm_seam.config_hooks import (
     wrap_speculative_update_arch,
 )
 from vllm_spark2_5_plugin.vllm_seam.dspark import (
-    DRAFT_PROTOCOL,
     dspark_heads,
     use_platform_kernels,
 )
@@ -85,7 +84,6 @@ from vllm_spark2_5_plugin.vllm_seam.registries import (
 from vllm_spark2_5_plugin.vllm_seam.responses import continue_open_call_first
 
 __all__ = [
-    "DRAFT_PROTOCOL",
     "HOOK_POINTS",
     "HookPoint",
     "KVCacheQuant",
