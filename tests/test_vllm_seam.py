@@ -68,6 +68,11 @@ BREAKAGES = {
         "vllm.model_executor.layers.attention.attention.set_default_quant_scales",
         lambda layer, register_buffer=False: None,
     ),
+    "kv_cache_scale_method": (
+        "vllm.model_executor.layers.quantization.kv_cache.BaseKVCacheMethod"
+        ".create_weights",
+        lambda self, layer: None,
+    ),
     "custom_op_dispatch": (
         "vllm.model_executor.custom_op.CustomOp.dispatch_forward",
         lambda self: None,

@@ -76,17 +76,13 @@ from torch import nn
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.utils import WeightsMapper
 
+from vllm_spark2_5_plugin import vllm_seam
 from vllm_spark2_5_plugin.models.checkpoint_tables import (
     Expected,
     classifier_head_tensor,
     defaults_note,
 )
 from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
-
-try:  # the method behind vLLM's KV-cache (and query) scales
-    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
-except ImportError:  # pragma: no cover - moved in another vLLM release
-    BaseKVCacheMethod = ()
 
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -705,7 +701,7 @@ class WeightCheck:
         exempt = set()
         for module_name, module in self.model.named_modules():
             method = getattr(module, "quant_method", None)
-            whole = isinstance(method, BaseKVCacheMethod) or getattr(
+            whole = vllm_seam.is_kv_cache_scale_method(method) or getattr(
                 method, "uses_meta_device", False
             )
             for name, param in module.named_parameters(recurse=False):

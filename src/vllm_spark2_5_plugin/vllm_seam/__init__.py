@@ -20,7 +20,9 @@ Everything beyond that lives here, one function per assumption:
   ``split_delta`` (to keep a tool call's last arguments in its item);
 * the attention internals the draft's fixed-history layers read: the per-layer
   attention context, the paged metadata fields, the KV-cache layout, the
-  backend's KV write and a layer's fp8 KV-cache dtype and scales;
+  backend's KV write and a layer's fp8 KV-cache dtype and scales; and the
+  quantization method behind those scales, whose parameters the weight check
+  lets a checkpoint leave out;
 * vLLM's DSpark Markov and confidence heads (defined in its Qwen3 DSpark
   model module), and the choice of a ``CustomOp``'s kernel (the draft, which
   is not compiled, runs vLLM's fused kernels);
@@ -47,6 +49,7 @@ from vllm_spark2_5_plugin.vllm_seam.attention import (
     KVCacheQuant,
     PagedAttentionInputs,
     full_attention_cache_config,
+    is_kv_cache_scale_method,
     kv_cache_quant,
     layer_kv_cache,
     paged_attention_inputs,
@@ -96,6 +99,7 @@ __all__ = [
     "dspark_heads",
     "forget_resolved_tool_parser",
     "full_attention_cache_config",
+    "is_kv_cache_scale_method",
     "kv_cache_group_size",
     "kv_cache_quant",
     "layer_kv_cache",

@@ -189,6 +189,30 @@ def _check_kv_cache_scales() -> None:
         _expect(f'register_buffer("{name}"' in defaults, f"buffer {name}")
 
 
+def is_kv_cache_scale_method(method: Any) -> bool:
+    """Whether ``method`` (a module's ``quant_method``) is vLLM's KV-cache
+    scale method, whose parameters (``q_scale``, ``k_scale``, ``v_scale``,
+    ``prob_scale``) a checkpoint may leave out: vLLM then keeps the default
+    scales."""
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+
+    return isinstance(method, BaseKVCacheMethod)
+
+
+@_hook_point(
+    "quantization.kv_cache.BaseKVCacheMethod gives an attention layer its "
+    "optional q/k/v/prob scale parameters"
+)
+def _check_kv_cache_scale_method() -> None:
+    from vllm.model_executor.layers.quantization import kv_cache
+
+    method = getattr(kv_cache, "BaseKVCacheMethod", None)
+    _expect(isinstance(method, type), "quantization.kv_cache.BaseKVCacheMethod")
+    source = inspect.getsource(method.create_weights)
+    for name in ("q_scale", "k_scale", "v_scale", "prob_scale"):
+        _expect(f"layer.{name} = " in source, f"BaseKVCacheMethod creates {name}")
+
+
 @_hook_point(
     "FlashAttention/Triton impl.do_kv_cache_update(layer, key, value, kv_cache, "
     "slot_mapping) over a [blocks, nKV, block_size, 2*D] cache split with "
