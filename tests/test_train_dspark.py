@@ -27,7 +27,20 @@ from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
 from vllm_spark2_5_plugin.tools import dspark_acceptance as acc
 from vllm_spark2_5_plugin.tools import train_dspark
-from vllm_spark2_5_plugin.tools.dspark_data import stacked_target_features
+from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
+    DRAFT_SHARD,
+    INDEX,
+    draft_prefix,
+    read_tensors,
+    write_checkpoint,
+)
+from vllm_spark2_5_plugin.tools.dspark_data import (
+    greedy_continuations,
+    prompt_token_pool,
+    random_prompts,
+    stacked_target_features,
+    target_features,
+)
 from vllm_spark2_5_plugin.tools.dspark_draft_config import DraftConfig
 from vllm_spark2_5_plugin.tools.dspark_draft_torch import (
     DSparkDraft,
@@ -101,13 +114,13 @@ def test_batched_forward_matches_reference(tmp_path: Path) -> None:
     ref = DSparkReference.from_checkpoint(path, dtype)
     cfg = DraftConfig.from_config(raw)
     draft = DSparkDraft(cfg, target.embed_tokens, target.lm_head).to(dtype)
-    found = acc.read_tensors(path, lambda n: n.startswith("mtp."))
+    found = read_tensors(path, lambda n: n.startswith("mtp."))
     draft.load_state_dict({n[4:]: t for n, t in found.items()}, strict=True)
 
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 500, (2, 24), generator=gen)
     feats = torch.stack(
-        [acc.target_features(target, s, cfg.target_layer_ids) for s in tokens.tolist()]
+        [target_features(target, s, cfg.target_layer_ids) for s in tokens.tolist()]
     )
     # Anchors inside and past the 5-token window, in any order, one per block.
     anchors = torch.tensor([[1, 6, 12, 20], [17, 3, 9, 4]])
@@ -198,9 +211,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sequences(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The target's greedy continuations of seeded random prompts, generated once."""
     target = Spark2_5Reference.from_checkpoint(tiny, torch.float32)
-    pool = acc.prompt_token_pool(tiny, target.embed_tokens.shape[0])
-    prompts = acc.random_prompts(pool, N_TRAIN + N_EVAL, PROMPT_LEN, seed=0)
-    conts = acc.greedy_continuations(tiny, prompts, GEN_LEN, "reference", target)
+    pool = prompt_token_pool(tiny, target.embed_tokens.shape[0])
+    prompts = random_prompts(pool, N_TRAIN + N_EVAL, PROMPT_LEN, seed=0)
+    conts = greedy_continuations(tiny, prompts, GEN_LEN, "reference", target)
     seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
     path = tmp_path_factory.mktemp("seqs") / "sequences.json"
     path.write_text(json.dumps({"prompt_len": PROMPT_LEN, "sequences": seqs}))
@@ -216,7 +229,7 @@ def test_stacked_target_features_equal_one_sequence_at_a_time(tiny: Path) -> Non
     gen = torch.Generator().manual_seed(1)
     seqs = torch.randint(0, 500, (7, 30), generator=gen).tolist()
     got = stacked_target_features(target, seqs, layer_ids, chunk=3)
-    want = torch.stack([acc.target_features(target, s, layer_ids) for s in seqs])
+    want = torch.stack([target_features(target, s, layer_ids) for s in seqs])
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
@@ -227,9 +240,9 @@ def test_vllm_continuations_belong_to_their_prompts(tiny: Path) -> None:
     generated as a batch of their own: every continuation is its own prompt's
     greedy continuation, in order (equal to the reference until a near-tie)."""
     target = Spark2_5Reference.from_checkpoint(tiny, torch.float32)
-    pool = acc.prompt_token_pool(tiny, target.embed_tokens.shape[0])
-    prompts = acc.random_prompts(pool, 5, PROMPT_LEN, seed=3)
-    got = acc.greedy_continuations(
+    pool = prompt_token_pool(tiny, target.embed_tokens.shape[0])
+    prompts = random_prompts(pool, 5, PROMPT_LEN, seed=3)
+    got = greedy_continuations(
         tiny, prompts, 12, "vllm", vllm_dtype="float32", first_alone=2
     )
     assert len(got) == len(prompts)
@@ -363,7 +376,7 @@ def test_written_checkpoint(tiny, runs) -> None:
     ref = DSparkReference.from_checkpoint(dst, torch.float32)
     target = Spark2_5Reference.from_checkpoint(dst, torch.float32)
     ids = list(range(20, 30))
-    feats = acc.target_features(target, ids, ref.config.target_layer_ids)
+    feats = target_features(target, ids, ref.config.target_layer_ids)
     c = ref.combine(list(feats.chunk(2, dim=-1)))
     assert len(ref.draft(c[:9], ids[9]).tokens) == 4
 
@@ -464,23 +477,23 @@ def test_sharded_checkpoint_gets_a_draft_shard(tmp_path) -> None:
         save_file({n: tensors[n] for n in part}, str(src / shard))
         weight_map |= dict.fromkeys(part, shard)
     index = {"metadata": {}, "weight_map": weight_map}
-    (src / acc.INDEX).write_text(json.dumps(index))
-    prefix = acc.draft_prefix(src)
+    (src / INDEX).write_text(json.dumps(index))
+    prefix = draft_prefix(src)
     assert prefix == "model.mtp."
     old = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
     new = {n: 2 * t.double() for n, t in old.items()}
     dst = tmp_path / "dst"
-    acc.write_checkpoint(src, dst, new, prefix, {"dspark_block_size": 4})
-    index = json.loads((dst / acc.INDEX).read_text())["weight_map"]
+    write_checkpoint(src, dst, new, prefix, {"dspark_block_size": 4})
+    index = json.loads((dst / INDEX).read_text())["weight_map"]
     for shard in (
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
     ):
         with safe_open(str(dst / shard), framework="pt") as f:
             assert not any(n.startswith(prefix) for n in f.keys())  # noqa: SIM118
-    written = load_file(str(dst / acc.DRAFT_SHARD))
+    written = load_file(str(dst / DRAFT_SHARD))
     assert set(written) == {prefix + n for n in old}
-    assert all(index[n] == acc.DRAFT_SHARD for n in written)
+    assert all(index[n] == DRAFT_SHARD for n in written)
     assert set(index) == set(tensors)
     for name, t in old.items():
         assert written[prefix + name].dtype == torch.float32

@@ -343,8 +343,7 @@ class Spark2_5Config(PreTrainedConfig):
             given["rope_parameters"],
             given["rope_theta"],
             self.max_position_embeddings,
-            # .get: a record pickled before this key existed has none.
-            given.get("original_max_position_embeddings"),
+            given["original_max_position_embeddings"],
         )
 
     def _set_rope_field(self, name: str, value: Any) -> None:

@@ -31,8 +31,8 @@ _SM_COUNT: dict[int, int] = {}
 # run: a way around it without a code change, and the A/B of the two inside
 # vLLM. "f16-scores" leaves it on but keeps fp8 caches off its fp8 scores
 # (``LaunchPlan.fp8_scores``): q K^T from float16 dots with q as given, the
-# numerics of the kernels before fp8 scores. "fp8-scores" (their opt-in
-# before they became the default) is the same as on.
+# numerics of the kernels before fp8 scores. "fp8-scores" names the default
+# explicitly (the same as on).
 GLUON_ENV = "SPARK2_5_GLUON"
 _F16_SCORES = "f16-scores"
 _OFF = ("0", "false", "no", "off")

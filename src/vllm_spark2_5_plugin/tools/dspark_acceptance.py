@@ -25,17 +25,11 @@ from vllm_spark2_5_plugin.names import DRAFT_WEIGHT_PREFIXES
 from vllm_spark2_5_plugin.references.dspark import DSparkReference
 from vllm_spark2_5_plugin.references.layers import with_config_defaults
 from vllm_spark2_5_plugin.references.spark2_5 import Spark2_5Reference
-
-# The data and checkpoint helpers once lived here; they stay importable from here.
 from vllm_spark2_5_plugin.tools.dspark_checkpoint import (
-    DRAFT_SHARD,
-    INDEX,
     draft_prefix,
     read_target_input,
-    read_tensors,
     reference_input_problem,
     weights_problem,
-    write_checkpoint,
 )
 from vllm_spark2_5_plugin.tools.dspark_data import (
     DTYPES,
@@ -43,10 +37,7 @@ from vllm_spark2_5_plugin.tools.dspark_data import (
     VLLM_OPTION_DEFAULTS,
     check_length,
     device_name,
-    greedy_continuations,
     int_at_least,
-    prompt_token_pool,
-    random_prompts,
     read_sequences,
     settle_vllm_options,
     target_and_sequences,
@@ -248,20 +239,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 __all__ = [
-    "DRAFT_SHARD",
-    "DTYPES",
-    "INDEX",
     "AcceptanceReport",
     "checkpoint_acceptance",
-    "draft_prefix",
-    "greedy_continuations",
     "offline_acceptance",
-    "prompt_token_pool",
-    "random_prompts",
-    "read_tensors",
     "run",
-    "target_features",
-    "write_checkpoint",
 ]
 
 

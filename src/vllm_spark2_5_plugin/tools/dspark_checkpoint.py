@@ -125,9 +125,9 @@ def weights_problem(
     describes them, in one line, or None: a shard that is not a readable
     safetensors file, a target tensor that is missing or of another shape
     and, with ``draft`` = ``(DSpark settings, prefix)``, the same of the
-    draft's tensors. From the file headers only, before any work: these
-    used to end the tools in a ``KeyError`` or ``SafetensorError`` traceback
-    after ``--overwrite`` had deleted the earlier output."""
+    draft's tensors. From the file headers only, before any work: found
+    later, they would end the tools in a ``KeyError`` or ``SafetensorError``
+    traceback after ``--overwrite`` had deleted the earlier output."""
     from vllm_spark2_5_plugin.models.checkpoint_tables import (
         draft_tensors,
         target_tensors,

@@ -148,7 +148,8 @@ def settle_vllm_options(args: Any, defaults: dict[str, Any]) -> str | None:
     (``defaults``: attribute -> default, ``None`` when not given) cannot
     apply, or ``None`` after filling in the defaults of those not given.
     They apply only where vLLM writes them: ``--continuations vllm`` without
-    ``--sequences``; elsewhere they used to be ignored without a word."""
+    ``--sequences``; elsewhere nothing reads them, so they are refused
+    rather than ignored without a word."""
     given = [name for name in defaults if getattr(args, name) is not None]
     if given and (args.continuations != "vllm" or args.sequences is not None):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)

@@ -29,8 +29,8 @@ def _dspark(raw: dict[str, Any], name: str) -> Any:
 def _as_tuple(value: Any, sort: bool = False) -> Any:
     """A list (or tuple) as a tuple, sorted with ``sort`` where its items
     compare; anything else as given, so that the settings check reports the
-    value config.json holds (a string used to become its sorted characters:
-    ``"1,3"`` was reported as ``[',', '1', '3']``)."""
+    value config.json holds (``sorted`` of a string gives its characters:
+    ``"1,3"`` would be reported as ``[',', '1', '3']``)."""
     if not isinstance(value, (list, tuple)):
         return value
     if sort:

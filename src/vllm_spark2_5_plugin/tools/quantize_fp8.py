@@ -206,8 +206,8 @@ def weight_files(src: Path) -> list[Path]:
     """The safetensors files of checkpoint ``src``: those its index names, or
     its single ``model.safetensors``. ``ValueError`` naming the file when the
     index is not valid JSON, has no weight map, or names a file ``src`` lacks
-    (it used to end in a ``FileNotFoundError`` or ``JSONDecodeError``
-    traceback from the middle of the run)."""
+    (rather than a ``FileNotFoundError`` or ``JSONDecodeError`` traceback
+    from the middle of the run)."""
     index = src / INDEX_FILES[0]
     if not index.is_file():
         return [src / WEIGHTS_FILE]
@@ -253,8 +253,8 @@ def check_source(src: Path, raw: dict[str, Any]) -> None:
     :func:`is_draft`) and config.json the ``dspark_*`` fields, the draft's.
 
     Read from the files' headers only, before any work: a source without,
-    say, ``model.norm.weight`` used to be quantized into an FP8 checkpoint
-    that vLLM served with a norm of ones and no error.
+    say, ``model.norm.weight`` would otherwise be quantized into an FP8
+    checkpoint that vLLM serves with a norm of ones and no error.
     """
     from vllm_spark2_5_plugin.configs.dspark import (
         DSPARK_REQUIRED,
