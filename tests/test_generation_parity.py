@@ -357,10 +357,14 @@ def test_two_way_parallelism_gives_the_same_tokens(
 def test_quantised_load_checks_hold_on_every_tensor_parallel_rank(
     tiny_checkpoint, prompt_ids, tmp_path
 ):
-    """Online int8 at TP=2, each rank holding half of every sharded
+    """Online quantization at TP=2, each rank holding half of every sharded
     parameter: the checks of quantised loads let a whole checkpoint through
     and refuse a copy without one k_proj, naming it (vLLM 0.32.0 itself
-    checks no quantised load)."""
+    checks no quantised load). The CPU build serves only
+    ``int8_per_channel_weight_only``, which quantises MoE layers alone: this
+    model's linear layers stay 16-bit, but vLLM loads it as a quantised model
+    (its own checks off), which is the path under test. FP8 linear layers:
+    ``test_strict_loading.py`` (loaded) and ``test_fp8_gpu.py`` (served)."""
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -370,7 +374,7 @@ def test_quantised_load_checks_hold_on_every_tensor_parallel_rank(
         tensor_parallel_size=2,
         enforce_eager=True,
         quantization="int8_per_channel_weight_only",
-        dtype="bfloat16",  # the CPU build's int8 method takes 16-bit only
+        dtype="bfloat16",  # online quantization is of a 16-bit model
     )
     tokens, _ = run_engine(tiny_checkpoint, prompt_ids, env, **quantised)
     assert [len(t) for t in tokens] == [MAX_TOKENS] * len(prompt_ids)

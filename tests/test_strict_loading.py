@@ -85,7 +85,7 @@ def build(
 ) -> torch.nn.Module:
     """The target (or the DSpark draft) of ``path``, loaded by ``get_model``
     (with ``quantization``: vLLM's online quantization of it)."""
-    # The CPU build's int8 method takes 16-bit activations only.
+    # Online quantization is of a 16-bit model.
     dtype = "bfloat16" if quantization else "float32"
     return load_model(path, draft=draft, dtype=dtype, quantization=quantization)
 
@@ -123,7 +123,7 @@ def test_llm_start_up_fails_on_a_missing_lm_head(tmp_path):
 G_PROJ = "model.layers.1.self_attn.g_proj.weight"
 K_PROJ = "model.layers.3.self_attn.k_proj.weight"
 Q_BIAS = "model.layers.0.self_attn.q_proj.bias"
-ONLINE_METHOD = "int8_per_channel_weight_only"
+ONLINE_METHOD = "fp8_per_channel"
 NORM_BIAS = "model.layers.2.input_layernorm.bias"
 
 #: name -> (checkpoint overrides, edit, words the error must contain)
@@ -276,8 +276,10 @@ def test_count_nonfinite_reads_the_nan_codes_of_8_bit_floats(monkeypatch):
 #: checkpoint: vLLM 0.32.0 checks the loaded weights only of unquantised
 #: models, and the plugin's checks were off too. Measured before: a missing
 #: norm served as all ones, a missing LM head as NaN logprobs, a missing
-#: k_proj and a NaN row without a word. (int8 weight-only is the online
-#: method the CPU build runs; FP8 checkpoints: tests/test_fp8_checkpoint.py.)
+#: k_proj and a NaN row without a word. (``fp8_per_channel``: the CPU build
+#: builds and loads its FP8 linear layers, though only a GPU runs them;
+#: served online FP8: tests/test_fp8_gpu.py; FP8 checkpoints:
+#: tests/test_fp8_checkpoint.py.)
 BROKEN_ONLINE = {
     "missing-norm": (
         drop("model.norm.weight"),
@@ -311,10 +313,13 @@ def test_broken_checkpoint_with_online_quantization_fails_naming_the_tensor(
 
 def test_whole_checkpoint_loads_with_online_quantization(world, tmp_path):
     """The control: the checks refuse nothing a sound checkpoint holds, and
-    the layers are quantised (int8 weights)."""
+    the linear layers are quantised (FP8 weights, a scale per output row)."""
     model = build(make_tiny_checkpoint(tmp_path / "whole"), quantization=ONLINE_METHOD)
     qkv = model.model.layers[0].self_attn.qkv_proj
-    assert qkv.quant_config is not None
+    assert type(qkv.quant_method).__name__ != "UnquantizedLinearMethod"
+    assert qkv.weight.dtype == torch.float8_e4m3fn
+    # One scale per output row of the fused q/k/v projection.
+    assert qkv.weight_scale.numel() == qkv.output_size_per_partition
     norm = load_norm(tmp_path / "whole").to(torch.bfloat16)
     assert torch.equal(model.model.norm.weight, norm)
 
