@@ -187,11 +187,6 @@ def test_the_report_shows_the_spread_over_repeats(matrix, tmp_path):
     assert cells[9] == "2.00×", row
 
 
-def test_repeats_must_be_positive(matrix):
-    with pytest.raises(SystemExit):
-        matrix.parse_args(["/tmp/ckpt", "--work-dir", "/tmp/w", "--repeats", "0"])
-
-
 def test_a_concurrency_1_point_has_several_requests(matrix):
     # With 4 ms per step assumed (twice what the H200 took), the 15 s decode
     # point at concurrency 1 got 3 requests and ran 4-6 s: too few to average
@@ -436,6 +431,7 @@ def fake_ckpt(tmp_path):
         (["--concurrencies", "0"], "--concurrencies must be at least 1"),
         (["--concurrencies", "-4"], "--concurrencies must be at least 1"),
         (["--num-prompts", "0"], "--num-prompts must be at least 1"),
+        (["--repeats", "0"], "--repeats must be at least 1, got 0"),
         (["--checkpoint-missing"], "has no config.json"),
         (["--max-prompts", "-5"], "--max-prompts must be at least 1"),
         (["--point-seconds", "0"], "--point-seconds must be above 0"),

@@ -1310,6 +1310,7 @@ def _check_against_reference(name, fp8, kernel, poison=False, **options):
         assert near < 0.5 * far, f"{what}: {near:.3e} from the e4m3 q, {far:.3e}"
 
 
+@pytest.mark.cuda
 @_sm90
 @pytest.mark.parametrize(
     "kernel",
@@ -1354,6 +1355,7 @@ def test_fp8_scores_match_the_reference_fed_e4m3_rows_of_q(name, fp8, kernel, po
     _check_against_reference(name, fp8, kernel, poison=poison)
 
 
+@pytest.mark.cuda
 @_sm90
 @pytest.mark.parametrize(
     "rows,fp8,extra",

@@ -214,6 +214,7 @@ def test_float32_agrees_with_float64(checkpoint: Path):
     compare_precisions(checkpoint, "cpu")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_float32_on_cuda_agrees_with_float64_on_cpu(checkpoint: Path):
     compare_precisions(checkpoint, "cuda")
