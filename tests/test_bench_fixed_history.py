@@ -80,10 +80,21 @@ def test_try_refuses_what_is_not_a_plan_change(value, message):
 
 
 def test_try_skips_plans_the_kernel_refuses():
-    # LaunchPlan refuses 8-key tiles: the run goes on without the plan.
-    run = _smoke("--sweep", "--kv-dtypes", "bf16", "--try", '{"block_n": 8}')
+    # LaunchPlan refuses 8-key tiles: the run goes on without that plan and
+    # times the valid one given with it (once per smoke shape).
+    run = _smoke(
+        "--sweep",
+        "--kv-dtypes",
+        "bf16",
+        "--try",
+        '{"block_n": 8}',
+        "--try",
+        '{"block_n": 64}',
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert not _TRIED.findall(run.stdout)
+    plans = [plan for _, plan in _TRIED.findall(run.stdout)]
+    assert len(plans) == 3, run.stdout[-3000:]
+    assert all("block_n=64" in plan for plan in plans), plans
 
 
 def test_flush_choice_is_recorded_with_the_table(tmp_path):

@@ -81,6 +81,33 @@ def test_request_text_is_rendered_whole(tokenizer):
     assert "\u200b" not in plain  # text without token spellings is untouched
 
 
+@pytest.mark.parametrize(
+    "role",
+    ["system", "developer", "user", "assistant", "tool", "function", "ipython", "x"],
+)
+def test_the_plugins_role_check_and_the_template_agree(tokenizer, role):
+    """The 400 before rendering (``refuse_unrenderable_roles``) refuses a
+    role exactly where the shipped template does: neither list can drift."""
+    from jinja2 import TemplateError
+    from vllm.exceptions import VLLMValidationError
+
+    from vllm_spark2_5_plugin.tool_parsers.history import refuse_unrenderable_roles
+
+    messages = [{"role": "user", "content": "hi"}, {"role": role, "content": "x"}]
+    try:
+        tokenizer.apply_chat_template(messages, tokenize=False)
+        template_renders = True
+    except TemplateError:
+        template_renders = False
+    try:
+        refuse_unrenderable_roles(messages)
+        check_passes = True
+    except VLLMValidationError:
+        check_passes = False
+    assert template_renders == check_passes, (role, template_renders)
+    assert template_renders == (role not in ("function", "ipython", "x"))
+
+
 @pytest.mark.parametrize("arguments", ["not json", '{"city": "Paris"}', [1, 2]])
 def test_call_arguments_that_are_not_a_mapping_are_refused(tokenizer, arguments):
     from jinja2 import TemplateError

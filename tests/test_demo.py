@@ -33,7 +33,8 @@ def test_bad_arguments_are_refused_before_vllm_starts(tmp_path, capsys):
         "divisible by num_key_value_heads (3)",
         ("--model", str(untokenized)): "has no tokenizer that can be loaded",
         ("--max-tokens", "0"): "--max-tokens: must be at least 1, got 0",
-        ("--model", str(tmp_path / "missing")): "--model: ",
+        ("--model", str(tmp_path / "missing")): "--model: "
+        f"{tmp_path / 'missing'} is not a checkpoint directory: no config.json",
         ("--model", str(llama)): "is not a Spark2_5 checkpoint (model_type 'llama'",
     }
     for argv, message in cases.items():

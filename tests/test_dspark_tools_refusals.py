@@ -228,7 +228,9 @@ def test_tools_read_a_config_without_head_dim(tmp_path, monkeypatch) -> None:
     src = _edited(full, tmp_path / "nohd", head_dim=None)
     small = ("--num-prompts", "1", "--prompt-len", "8", "--gen-len", "8")
     report = acc.run([str(src), *small])
+    # The same model as the checkpoint that writes head_dim: the same replay.
     assert report["num_drafts"] >= 1
+    assert report == acc.run([str(full), *small])
     summary = train([str(src), str(tmp_path / "out"), *SMALL])
     assert summary["dspark"]["dspark_block_size"] == 4
 
@@ -551,7 +553,9 @@ def test_tools_read_a_config_without_vocab_size(default_vocab, tmp_path) -> None
     """Both tools drew prompts with ``raw["vocab_size"]``: a KeyError."""
     small = ("--num-prompts", "1", "--prompt-len", "8", "--gen-len", "8")
     report = acc.run([str(default_vocab), *small])
+    # The same model as the checkpoint that writes vocab_size: the same replay.
     assert report["num_drafts"] >= 1
+    assert report == acc.run([str(default_vocab.parent / "full"), *small])
     summary = train([str(default_vocab), str(tmp_path / "out"), *SMALL])
     assert summary["steps"] == 2
 

@@ -40,7 +40,7 @@ def test_leaving_the_engine_frees_its_model_and_kv_caches(tiny_checkpoint):
         else:
             assert caches and all(c() is not None for c in caches)
     gc.collect()
-    assert llm is not None  # still held here
+    # The test's name ``llm`` still holds the LLM here.
     assert model() is None, "the model outlived the engine"
     assert all(c() is None for c in caches), "a KV cache outlived the engine"
     if on_gpu:
