@@ -3,10 +3,14 @@
 
 :func:`plan_launch` picks tile sizes, warps, stages, splits and the grid from
 host-side values only (no device-to-host sync, so a launch can be captured in a
-CUDA graph); it was tuned on an H200, see
-``benchmarks/fixed_history_attention_h200.md``. :func:`launch_kernel` runs the
-kernels for a given :class:`LaunchPlan`: the Triton kernel, or on Hopper at
-D = 128 the warp-specialized Gluon kernel (``ops.fixed_history_gluon``).
+CUDA graph). :func:`launch_kernel` runs the kernels for a given
+:class:`LaunchPlan`: the Triton kernel, or on Hopper at D = 128 the
+warp-specialized Gluon kernel (``ops.fixed_history_gluon``).
+
+The choices were tuned on an H200 under Triton 3.7.1 (vLLM 0.32.0's); the
+comments give the reason for each with the gain measured there ("shape N" is
+row N of the five-shape benchmark). The runs behind the figures, and the
+variants that were slower, are in ``benchmarks/fixed_history_attention_h200.md``.
 """
 
 from __future__ import annotations
@@ -126,10 +130,9 @@ class LaunchPlan:
             )
         if self.fp8_f16_dot and self.block_n < 32:
             # The kernel computes the right thing (the Triton interpreter
-            # agrees with the reference), but the sm_90 build of this path
-            # with 16-key tiles gave outputs off by more than 100% on the
-            # H200 (Triton 3.7.1, 2026-12-01), at every head dim and warp
-            # count tried.
+            # agrees with the reference), but Triton's sm_90 build of this
+            # path with 16-key tiles gives outputs off by more than 100%, at
+            # every head dim and warp count tried.
             raise ValueError(
                 f"fp8_f16_dot needs block_n >= 32 (Triton miscompiles it with "
                 f"16-key tiles), got block_n={self.block_n}"
@@ -180,49 +183,39 @@ def _gluon_pipeline(
     wide_tiles: bool = False,
     v_pages: bool = False,
 ) -> dict:
-    """The Gluon kernel's pipeline options beyond its defaults (H200,
-    2026-12-02). ``tma``: the caches can be copied by the tensor memory
-    accelerator (``_tma_copyable``); then the loader copies whole pages with
-    it (32 requests x 4 KV heads x 4096 keys: 100.1 -> 87.3 us; 64-row tiles
-    as fast or faster); an fp8 cache's raw tiles are staged by it (fp8
-    shapes 1, 3, 4 of the benchmark: 203-208 -> 190, 226-228 -> 213, 87
-    -> 85 us). fp8 caches: the loader converts 8 values per thread,
-    so that its stores into the ring run without bank conflicts (with the
-    plan's float16 MMAs, 8-15% less time at the benchmark's fp8 shapes 1-4).
-    128-row tiles: two multiplying partitions of 64 rows each
-    (``split_mma``; one partition of 8 warps synchronizes both warpgroups at
-    every tile) and a ring of 4 tiles (fp8: 101.3 -> 99.0 us before the
-    narrow conversion); with a cache in q's dtype that TMA cannot copy the
-    multiplying warps also fence each tile and the loader's copies signal
-    their tiles as they land (109.0 -> 103.8 us with ``fence_in_mma``, 99.2
-    with ``split_mma`` too). ``fence_in_mma`` is not for 64-row tiles, two
-    programs per SM (up to 27% slower at 256 requests), nor for fp8 caches
-    (no gain). ``fp8_scores`` (fp8 caches copied by TMA; else ignored): the
-    kernel's ``fp8_scores``, at 64 rows with a ring of 3 and 3 staged V
-    tiles (the fastest of 2 + 2, 3 + 3, 4 + 1 and 3 + 4 at the fp8 shapes
-    1-3, 2026-12-02), with one warp issuing the copies and two converting
-    V (``issue_warp``: 3-5% less time at the fp8 shapes 1-3, 2026-12-03).
-    With TMA the multiplying warps fence only the tiles copied by
-    ``cp.async`` (``edge_fence``: fp8 shapes 1 and 3 2% faster, bf16 and
-    fp8 shape 4 unchanged, 2026-12-03). ``half_rows`` (64-row tiles that
-    hold 32 rows of queries): the softmax on those rows alone (fp8 shapes
-    1-3: 155 -> 149, 595-613 -> 570-596, 181 -> 172 us; bf16 shapes 1 and
-    3 unchanged, 257 and 270 -> 269 us; H200, 2026-12-03). With fp8
-    scores, the 64-row pipeline copies the tiles that reach outside the
-    window by TMA too (``edge_tma``: fp8 shape 3 167.4 -> 162.4 us, shape
-    1 144.2 -> 143.0; at 128 rows 77.1 -> 81.4, so not there), and both
-    multiply an item's last tile as 16 keys where they fit
-    (``narrow_tail``: then shape 3 162.6 -> 160.3, shape 1 143.0 -> 141.9,
-    shape 4 77.1 -> 76.6 us; H200, 2026-12-03). ``wide_tiles`` (the
-    plan's, for long key ranges): the 128-row fp8-scores pipeline takes
-    tiles of 128 keys, a ring of 2 and 2 staged V tiles (shape 4: 77.3 ->
-    71.1 us, the multiplying side alone 64.6 -> 59.4; with bf16 caches
-    128-key tiles were slower, 80.5 -> 82.0-87.3; H200, 2026-12-03); there
-    the softmax runs on float16 pairs of float16 scores
-    (``packed_softmax``, its second multiplying partition at 200
-    registers, where it does not spill: shape 4 71.4 -> 67.6-68.2 us; at
-    the 64-row shapes 1 and 3 it changed nothing, 141.9 and 160.0-160.3
-    us, so they keep float32 scores; H200, 2026-12-04)."""
+    """The Gluon kernel's pipeline options beyond its defaults.
+
+    * ``tma`` (the caches can be copied by the tensor memory accelerator,
+      ``_tma_copyable``): the loader copies whole pages with it (13% less
+      time at 128 rows), and an fp8 cache's raw tiles are staged by it
+      (2-9% at fp8 shapes 1, 3 and 4); the multiplying warps then fence only
+      the tiles ``cp.async`` copied (``edge_fence``: 2% at fp8 shapes 1 and
+      3).
+    * fp8 caches: the loader converts 8 values per thread, so that its
+      stores into the ring have no bank conflicts (8-15% at fp8 shapes 1-4).
+    * 128-row tiles: two multiplying partitions of 64 rows (``split_mma``;
+      one partition of 8 warps synchronizes both warpgroups at every tile)
+      and a ring of 4. With a cache in q's dtype that TMA cannot copy, the
+      multiplying warps also fence each tile (``fence_in_mma``, 5%; not for
+      64-row tiles, where two programs share an SM and it cost up to 27%,
+      nor for fp8 caches, where it gained nothing).
+    * ``fp8_scores`` (fp8 caches copied by TMA; else ignored): the kernel's
+      fp8 scores; at 64 rows with a ring of 3 and 3 staged V tiles (the
+      fastest split of the shared memory tried), one warp issuing the copies
+      and two converting V (``issue_warp``, 3-5%), the tiles that reach
+      outside the window copied by TMA too (``edge_tma``, 1-3%; slower at
+      128 rows), and an item's last tile multiplied as 16 keys where it fits
+      (``narrow_tail``, 1%).
+    * ``half_rows`` (64-row tiles that hold 32 rows of queries): the softmax
+      on those rows alone (3-5% at fp8 shapes 1-3, as fast with bf16).
+    * ``wide_tiles`` (long key ranges, the plan's choice): the 128-row
+      fp8-scores pipeline takes 128-key tiles with a ring of 2 and 2 staged
+      V tiles (8% at fp8 shape 4; slower with bf16 caches), and runs the
+      softmax on float16 pairs of float16 scores (``packed_softmax``, its
+      second multiplying partition at 200 registers, where it does not
+      spill: 5% more; no gain at the 64-row shapes, which keep float32
+      scores).
+    """
     options = {"narrow_convert": True} if kv_fp8 else {}
     if half_rows and rows == 64:
         options.update(half_rows=True)
@@ -242,32 +235,24 @@ def _gluon_pipeline(
             options.update(fence_in_mma=True)
     if v_pages and options.get("fp8_scores"):
         # V's pages held transposed in the cache (fp8 scores only, else the
-        # Triton kernel runs): 8-bit P V on them as copied, a ring of 4
-        # (at shape 4 58.3 us against 59.4 with 3), without the options
-        # 8-bit P V lacks (at 64 rows 32 padding rows per tile then). fp8
-        # shapes 1-4 against this pipeline over V in rows: 148.2 -> 139.4,
-        # 566.6 -> 529.5, 165.2 -> 160.2, 67.1 -> 58.8 us (H200, Triton
-        # 3.7.1, 2026-12-04).
+        # Triton kernel runs): 8-bit P V on them as copied, a ring of 4, and
+        # none of the options 8-bit P V lacks (at 64 rows: 32 padding rows
+        # per tile then). 3-12% faster than over V in rows at fp8 shapes
+        # 1-4.
         for name in ("half_rows", "issue_warp", "edge_tma", "narrow_tail"):
             options.pop(name, None)
         options.pop("packed_softmax", None)
         options.update(v_pages=True, ring=4)
         if options.get("block_n") == 128:
             # 128-key tiles: the second multiplying partition at 192
-            # registers and the loader at 120 (the first keeps 192): fp8
-            # shape 4 58.3 -> 57.4 us (with the loader only signalling,
-            # 51.6 -> 51.5: the loader gains; 184 / 128 58.0, 192 / 128
-            # 57.8, 200 / 120 58.9; H200, Triton 3.7.1, 2026-12-04). A
-            # ring of 5 (177 KB of shared memory): under load the two
-            # partitions run 1.5-3 tiles apart, and the one ahead waits for
-            # its tiles; fp8 shape 4 55.6-55.9 -> 55.3-55.7 us in three
-            # alternating rounds (a ring of 6: 55.5-55.9; H200, 2026-12-04).
-            # The loader in warps 0-3 (``loader_first``): there, the first
-            # multiplying partition finished its first tile about 5 us
-            # after the other (with the kernel's code out of the L2 and the
-            # loader's first copies in flight) and stayed behind to the
-            # end; with the loader there, both start together. fp8 shape 4
-            # 55.5-55.6 -> 54.9-55.0 us in three leases (H200, 2026-12-04).
+            # registers and the loader at 120 (the best of the splits
+            # tried, 1.5% at fp8 shape 4); a ring of 5 (177 KB of shared
+            # memory), since under load the two partitions run 1.5-3 tiles
+            # apart and the one ahead waits for its tiles (0.5%); and the
+            # loader in warps 0-3 (``loader_first``): as the default
+            # partition the first multiplying partition started its first
+            # tile about 5 us late while the kernel's code came from memory,
+            # and stayed behind to the end (1%).
             options.update(mma_regs=192, worker_regs=120, ring=5, loader_first=True)
     return options
 
@@ -384,9 +369,8 @@ def v_pages_preferred(
     fp8 scores, whose 8-bit ``P V`` then reads V's pages as TMA copies them
     (no staging, no transposing); not under ``SPARK2_5_V_PAGES=0``. Where a
     launch does not take the Gluon kernel (too few items for its 128-row
-    plan, say), the Triton kernel reads the same layout, more slowly than
-    rows (fp8 shapes 1 and 4: 387 and 290 us against 308 and 214; H200,
-    2026-12-04)."""
+    plan, say), the Triton kernel reads the same layout, 25-35% more slowly
+    than rows."""
     if os.environ.get(V_PAGES_ENV, "").strip().lower() in _OFF:
         return False
     return (
@@ -487,18 +471,16 @@ def _plan(
     # num_stages - 1 tiles ahead instead of one.
     # fp8 caches take the bf16 tiles except at D <= 64 with up to 32 rows:
     # twice the keys per tile (the same bytes) and one stage less, 14% faster
-    # at the benchmark's shape 5 on the H200. The same change at 128-row
-    # tiles was 5% faster under Triton 3.6 but 14-38% slower under vLLM's
-    # Triton 3.7.1 (the 2026-12-01 sweeps), so it was dropped there.
+    # at shape 5 (at 128-row tiles 14-38% slower under Triton 3.7.1).
     if block_m >= 128:
         # About one (2-CTA) wave: more splits only add partials to merge.
         block_n, num_warps, num_stages, asm = 32, 4, 4, True
         target = num_sms
-        # On Hopper at D = 128, 128-row fp8 tiles with enough (request, KV
-        # head) items for most SMs run in the Gluon kernel (8 multiplying
-        # warps, one program per SM, one split): 31% faster than the Triton
-        # kernel's two splits at the benchmark's shape 4, 128 items on 132
-        # SMs (H200, Triton 3.7.1, 2026-12-01); with bf16 caches, 26%.
+        # On Hopper at D = 128, 128-row tiles with enough (request, KV head)
+        # items for most SMs run in the Gluon kernel (8 multiplying warps,
+        # one program per SM, one split): 31% faster than the Triton
+        # kernel's two splits at fp8 shape 4 (128 items on 132 SMs), 26% with
+        # bf16 caches.
         if (
             head_dim == 128
             and block_m == 128
@@ -523,57 +505,47 @@ def _plan(
         # fp8 cache, 32-row tiles: twice the queries per tile (the extra rows
         # are masked), so that the dots run as warpgroup MMAs from shared
         # memory, where the converted K and V tiles are stored once instead
-        # of being rearranged in registers. 11-12% faster at the benchmark's
-        # three 32-row shapes despite twice the MMA work (H200, Triton
-        # 3.7.1, 2026-12-01 sweep).
+        # of being rearranged in registers. 11-12% faster at the three
+        # 32-row shapes despite twice the MMA work.
         block_q *= 2
         block_m = _tile_rows(block_q, group)
         block_n, num_warps, num_stages, asm = 64, 4, 3, True
         persistent = 2
         # On Hopper, the warp-specialized Gluon kernel over the same 64-row
         # tiles: 9.5-11.5% faster than the Triton kernel at these three
-        # shapes (H200, Triton 3.7.1, 2026-12-01); run there with 1 to 8
-        # query heads per KV head. bf16 caches, copied straight into its MMA
-        # buffers, were 3-12% faster too; they take the widened tiles only
-        # where the Gluon kernel then runs them (the widened Triton kernel was
-        # measured with fp8 caches only).
+        # shapes; run there with 1 to 8 query heads per KV head. bf16
+        # caches, copied straight into its MMA buffers, were 3-12% faster
+        # too; they take the widened tiles only where the Gluon kernel then
+        # runs them (the widened Triton kernel was measured with fp8 caches
+        # only).
         gluon = block_q * group == 64 and group <= 8 and gluon_ok
         # The Gluon kernel then keeps the tile's 32 rows of queries in half
         # of each thread's rows and runs the softmax on those alone: 4-5%
-        # faster at fp8 shapes 1 and 3, as fast with bf16 caches (H200,
-        # Triton 3.7.1, 2026-12-03).
+        # faster at fp8 shapes 1 and 3, as fast with bf16 caches.
         half_rows = gluon
     elif head_dim >= 128:
         block_n, num_warps, num_stages = 128, 4 if block_m <= 32 else 8, 2
         # 2 resident programs per SM streaming items beat one program per
-        # item on the H200 (1 and 3 per SM were slower).
+        # item (1 and 3 per SM were slower).
         persistent = 2 if block_m <= 32 else 0
     elif block_m <= 16:
         # One warp per program: a 16-row tile then needs no softmax across
         # warps (4 warps split its keys and reduce through shared memory).
-        # 14% faster than the 4-warp tiles at the benchmark's shape 5, bf16
-        # and fp8 alike (H200, Triton 3.7.1, 2026-12-01 sweep).
+        # 14% faster than the 4-warp tiles at shape 5, bf16 and fp8 alike.
         block_n, num_warps, num_stages, asm = 32, 1, 3, True
         # fp8 caches: at most 168 registers per thread (202 uncapped), so
-        # that 12 of these one-warp programs fit on an SM instead of 10:
-        # 12% faster at the benchmark's fp8 shape 5 under Triton 3.7.1
-        # (500.9 -> 441.8 us; caps of 144-192 gave 442-476 us, 4 splits
-        # with 128 registers 440.9), 4% under Triton 3.6. With a bf16 cache
-        # the plan uses all 255 registers: capped at 128-168, it was 21-24%
-        # slower (Triton 3.6; H200, 2026-12-02). D = 64 only: at D = 32 the
-        # plan needs 128-148 registers, and capped at 168 ptxas gave one
-        # plan 143 instead of 128 (fewer warps per SM; not measured).
+        # that 12 of these one-warp programs fit on an SM instead of 10: 12%
+        # faster at fp8 shape 5. With a bf16 cache the plan uses all 255
+        # registers, and capped it was 21-24% slower. D = 64 only: at D = 32
+        # the plan needs 128-148 registers, and capped at 168 ptxas gave one
+        # plan more than uncapped (fewer warps per SM).
         if kv_fp8 and head_dim == 64:
             # Up to 8 rows (8 queries x 1 head, say): both dots transposed,
             # the keys as their rows, so that the tile carries no padding
-            # rows, and one split: 440-445 -> 372 us at the benchmark's fp8
-            # shape 5 with at most 128 registers (transposed with the
-            # 168-register cap and two splits: 411-412; with one split: 397;
-            # H200, Triton 3.7.1, 2026-12-03). With a bf16 cache the
-            # transposed plan was 24% slower (495 -> 612-614 us). Since V's
-            # float16 tile goes through the kernel's asm copy (V_ASM_COPY),
-            # no cap: 327-328 us against 337-338 at 128 registers and 329
-            # at 120 (same process; 2 splits 367, 2 or 4 stages 357-371).
+            # rows, and one split (16% faster at fp8 shape 5; 24% slower
+            # with a bf16 cache, which keeps rows). Since V's float16 tile
+            # goes through the kernel's asm copy (V_ASM_COPY) the transposed
+            # plan needs no register cap (3% faster without).
             if block_q * group <= 8:
                 transposed = True
             else:
@@ -588,12 +560,10 @@ def _plan(
     # Enough programs to fill the GPU, but keep each split at least a few key
     # tiles long (estimated from static bounds).
     # At D <= 64 with up to 32 rows per tile, two splits even when the items
-    # alone fill the GPU: 15% faster (bf16) and 11% (fp8) at the benchmark's
-    # shape 5 under Triton 3.7.1, where one split missed the floor goal
-    # (2026-12-01 sweep).
-    # The one-warp tiles of up to 16 rows split in two with an fp8 cache only
-    # (one split: bf16 526 vs 548 us, fp8 570 vs 504 us), and not when
-    # transposed (one split: 372 vs 403 us at 128 registers).
+    # alone fill the GPU: 15% faster (bf16) and 11% (fp8) at shape 5.
+    # The one-warp tiles of up to 16 rows split in two with an fp8 cache
+    # only (one split is 4% faster with bf16, 13% slower with fp8), and not
+    # when transposed (one split 8% faster).
     min_splits = 2 if head_dim <= 64 and block_m <= 32 else 1
     if block_m <= 16 and (not kv_fp8 or transposed):
         min_splits = 1
@@ -611,9 +581,8 @@ def _plan(
     # Tiles of fewer than 64 rows run their dots on mma.sync, where the
     # kernel passes V's float16 tile through an asm copy on NVIDIA GPUs
     # (V_ASM_COPY) and float16 dots then beat tiles in q's dtype at D > 64
-    # too: 930 -> 832 us at D = 256 with 32-row tiles, 529 -> 454 at D = 128
-    # with 16-row tiles (64 and 128 requests x 8 KV heads, 4096-key windows;
-    # H200, Triton 3.7.1, 2026-12-03).
+    # too: 11% at D = 256 with 32-row tiles, 14% at D = 128 with 16-row
+    # tiles (64 and 128 requests x 8 KV heads, 4096-key windows).
     fp8_f16_dot = kv_fp8 and (
         head_dim <= 64 or (block_m < 64 and nvidia) or (gluon and splits == 1)
     )
@@ -626,17 +595,15 @@ def _plan(
         num_stages=num_stages,
         asm_page_load=asm and nvidia,
         programs_per_sm=persistent,
-        # Measured on the H200 (2026-12-01, same process): float16 dots were
-        # 11% faster at D = 64 and 13-17% slower at the four D = 128 shapes
-        # in the Triton kernel (64- and 128-row tiles, warpgroup MMAs). The
-        # Gluon kernel's loader, converting 8 values per thread (2026-12-02),
-        # gains 5% from them at shapes 1-4.
+        # float16 dots: 11% faster at D = 64 and 13-17% slower at the four
+        # D = 128 shapes in the Triton kernel (64- and 128-row tiles,
+        # warpgroup MMAs); the Gluon kernel's loader, converting 8 values
+        # per thread, gains 5% from them at shapes 1-4.
         fp8_f16_dot=fp8_f16_dot,
         gluon=gluon and splits == 1,
-        # fp8 scores: 8-9% less time at the benchmark's fp8 shapes 1-3, 7%
-        # at shape 4 (H200, 2026-12-02); DSpark's acceptance with an fp8
-        # cache unchanged (160 prompts, 2026-12-02: 3.407 against 3.405
-        # tokens per draft with float16 scores).
+        # fp8 scores: 8-9% less time at fp8 shapes 1-3, 7% at shape 4;
+        # DSpark's acceptance with an fp8 cache unchanged (3.407 against
+        # 3.405 tokens per draft with float16 scores, 160 prompts).
         fp8_scores=fp8_scores,
         max_registers=max_registers,
         transposed=transposed,
@@ -646,7 +613,7 @@ def _plan(
         # keys of full attention, 5% at 3072, as fast at 2048 (3% faster
         # with two items per program), 4% slower at 1536, 4-10% at 1024,
         # 18% at 512 (32 and 64 requests x 4 KV heads, 16 queries x 8
-        # heads; H200, Triton 3.7.1, 2026-12-03).
+        # heads).
         wide_tiles=fp8_scores and block_m == 128 and est_span >= 2048,
     )
 
